@@ -1,0 +1,327 @@
+/*
+ * libmoe — public C ABI, version 0.1.
+ *
+ * One header, no CUDA includes. Rules (docs/abi.md has the long form):
+ *  - every fallible call returns int32_t status (MOE_OK = 0); the detailed message is read with
+ *    moe_context_last_error() (or moe_last_error() for failures before a context exists);
+ *  - config structs begin with {struct_size, api_version, next}; call the matching *_init() first;
+ *    zero means "default" for every other field; structs only ever grow (append-only);
+ *  - inputs are borrowed const DLTensor*, outputs are caller-provided DLTensor* or engine-exported
+ *    DLManagedTensor* whose deleter the caller calls exactly once;
+ *  - nothing the caller passed is modified when a call fails; the library never aborts, exits or prints;
+ *  - a handle may move between threads but is never used by two threads at once.
+ */
+#ifndef MOE_H
+#define MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define MOE_API __declspec(dllimport)
+#elif defined(MOE_BUILDING_LIBRARY)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+
+/* ---------------------------------------------------------------- version */
+#define MOE_VERSION_MAJOR 0
+#define MOE_VERSION_MINOR 1
+#define MOE_VERSION_PATCH 0
+/* major*10000 + minor*100 + patch, like zstd's ZSTD_VERSION_NUMBER */
+#define MOE_VERSION_NUMBER (MOE_VERSION_MAJOR * 10000 + MOE_VERSION_MINOR * 100 + MOE_VERSION_PATCH)
+/* What config headers carry in api_version: the header the host compiled against. */
+#define MOE_API_VERSION MOE_VERSION_NUMBER
+
+MOE_API uint32_t moe_version_number(void);
+MOE_API const char *moe_version_string(void);
+
+/* Bits of moe_build_features(). */
+#define MOE_FEATURE_CPU       (1ull << 0)
+#define MOE_FEATURE_OPENMP    (1ull << 1)
+#define MOE_FEATURE_OPENBLAS  (1ull << 2)
+#define MOE_FEATURE_ONEDNN    (1ull << 3)
+#define MOE_FEATURE_BF16      (1ull << 4)
+#define MOE_FEATURE_FP64      (1ull << 5)
+#define MOE_FEATURE_CUDA      (1ull << 8)
+#define MOE_FEATURE_NCCL      (1ull << 9)
+#define MOE_FEATURE_MPI       (1ull << 10)
+#define MOE_FEATURE_FP8       (1ull << 11)
+MOE_API uint64_t moe_build_features(void);
+
+/* ---------------------------------------------------------------- status */
+enum {
+    MOE_OK = 0,
+    MOE_ERR_INVALID_ARGUMENT = 1, /* a pointer, shape, dtype, stride, device or value is wrong */
+    MOE_ERR_UNSUPPORTED = 2,      /* valid request this build or backend cannot do */
+    MOE_ERR_OUT_OF_MEMORY = 3,
+    MOE_ERR_VERSION = 4,          /* struct_size / api_version the engine cannot understand */
+    MOE_ERR_STATE = 5,            /* call out of order (backward before forward, ...) */
+    MOE_ERR_NONFINITE = 6,        /* NaN/Inf in an input under the rejecting policy */
+    MOE_ERR_BACKEND = 7,          /* BLAS / CUDA / driver failure */
+    MOE_ERR_COMM = 8,             /* a collective failed */
+    MOE_ERR_TIMEOUT = 9,
+    MOE_ERR_CALLBACK = 10,        /* a host hook reported failure */
+    MOE_ERR_INTERNAL = 11
+};
+MOE_API const char *moe_status_name(int32_t status);   /* "MOE_ERR_INVALID_ARGUMENT" */
+MOE_API const char *moe_status_string(int32_t status); /* "invalid argument" */
+
+/* ---------------------------------------------------------------- handles */
+typedef struct moe_context moe_context;
+typedef struct moe_layer moe_layer;
+typedef struct moe_step moe_step;
+
+/* Copies the last error message of ctx (NUL-terminated, truncated to cap) and returns the full
+ * length it needs, snprintf style. ctx == NULL reads the calling thread's fallback message, which
+ * records failures that happened before a context existed. buf may be NULL when cap is 0. */
+MOE_API size_t moe_context_last_error(const moe_context *ctx, char *buf, size_t cap);
+MOE_API size_t moe_last_error(char *buf, size_t cap);
+
+/* ---------------------------------------------------------------- hooks */
+/* Every hook table: struct_size first, user_data passed first to every callback, release(user_data)
+ * called exactly once when the context that copied the table is destroyed. NULL entries fall back to
+ * the engine's defaults. Callbacks run on the calling thread and must not unwind across the boundary. */
+typedef struct moe_allocator {
+    uint32_t struct_size;
+    uint32_t reserved;
+    void *user_data;
+    /* returns NULL on failure; alignment is a power of two >= 64 */
+    void *(*alloc)(void *user_data, size_t bytes, size_t alignment, int32_t device_type, int32_t device_id,
+                   void *stream);
+    void (*free)(void *user_data, void *ptr, size_t bytes, int32_t device_type, int32_t device_id, void *stream);
+    void (*release)(void *user_data);
+} moe_allocator;
+
+enum { MOE_LOG_ERROR = 0, MOE_LOG_WARN = 1, MOE_LOG_INFO = 2, MOE_LOG_DEBUG = 3 };
+typedef struct moe_logger {
+    uint32_t struct_size;
+    int32_t max_level; /* messages with level <= max_level are delivered; 0 = errors only */
+    void *user_data;
+    void (*log)(void *user_data, int32_t level, const char *message);
+    void (*release)(void *user_data);
+} moe_logger;
+
+typedef struct moe_profiler {
+    uint32_t struct_size;
+    uint32_t reserved;
+    void *user_data;
+    void (*range_push)(void *user_data, const char *name); /* "moe.router", "moe.experts.fc1", ... */
+    void (*range_pop)(void *user_data);
+    void (*release)(void *user_data);
+} moe_profiler;
+
+/* ---------------------------------------------------------------- context */
+enum { MOE_DEVICE_CPU = 1 /* = kDLCPU */, MOE_DEVICE_CUDA = 2 /* = kDLCUDA */ };
+
+typedef struct moe_context_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;          /* extension chain; must be NULL in 0.1 */
+    int32_t device_type;       /* 0 = MOE_DEVICE_CPU */
+    int32_t device_id;
+    int32_t num_threads;       /* CPU worker threads; 0 = number of online cores */
+    int32_t reserved0;
+    const moe_allocator *allocator; /* copied; NULL = built-in caching pool */
+    const moe_logger *logger;       /* copied; NULL = no logging */
+    const moe_profiler *profiler;   /* copied; NULL = no ranges */
+} moe_context_config;
+
+MOE_API int32_t moe_context_config_init(moe_context_config *cfg, size_t struct_size);
+MOE_API int32_t moe_context_create(const moe_context_config *cfg, moe_context **out);
+MOE_API void moe_context_destroy(moe_context *ctx); /* NULL is a no-op */
+MOE_API int32_t moe_context_num_threads(const moe_context *ctx, int32_t *out);
+
+/* Memory ledger: every engine allocation is charged to one category. */
+enum {
+    MOE_MEM_WEIGHTS = 0,
+    MOE_MEM_GRADS = 1,
+    MOE_MEM_ACTIVATIONS = 2, /* step tapes: what backward needs */
+    MOE_MEM_WORKSPACE = 3,
+    MOE_MEM_COMM = 4,
+    MOE_MEM_NUM_CATEGORIES = 8 /* room to grow without changing the struct */
+};
+typedef struct moe_memory_stats {
+    uint32_t struct_size;
+    uint32_t reserved;
+    int64_t current_bytes[MOE_MEM_NUM_CATEGORIES];
+    int64_t peak_bytes[MOE_MEM_NUM_CATEGORIES];
+    int64_t total_current_bytes;
+    int64_t total_peak_bytes;
+    int64_t num_allocations; /* live allocations */
+} moe_memory_stats;
+/* stats->struct_size must be set by the caller; the engine fills min(struct_size, its size) bytes. */
+MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats);
+
+/* ---------------------------------------------------------------- layer config */
+enum { MOE_ACT_SWIGLU = 0, MOE_ACT_GEGLU = 1, MOE_ACT_GELU = 2, MOE_ACT_RELU = 3, MOE_ACT_SILU = 4 };
+enum {
+    MOE_SCORE_SOFTMAX = 0,            /* top-k, then softmax over the k selected logits (default) */
+    MOE_SCORE_SOFTMAX_PRE_TOPK = 1,   /* softmax over all experts, then top-k, no renormalisation */
+    MOE_SCORE_SIGMOID = 2,
+    MOE_SCORE_SQRTSOFTPLUS = 3
+};
+enum { MOE_AUX_NONE = 0, MOE_AUX_SWITCH = 1, MOE_AUX_SEQUENCE = 2, MOE_AUX_GLOBAL = 3 };
+enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION = 1 };
+enum { MOE_DTYPE_FP32 = 0, MOE_DTYPE_BF16 = 1, MOE_DTYPE_FP64 = 2 /* CPU only: the reference precision */ };
+enum {
+    MOE_NONFINITE_REJECT = 0,   /* forward/backward return MOE_ERR_NONFINITE if x or dy holds NaN/Inf */
+    MOE_NONFINITE_PROPAGATE = 1 /* no check; NaN/Inf flow through as IEEE arithmetic makes them */
+};
+
+typedef struct moe_layer_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;              /* must be NULL in 0.1 */
+    int64_t hidden_size;           /* H (required) */
+    int64_t ffn_hidden_size;       /* F, per expert (required) */
+    int32_t num_experts;           /* E (required) */
+    int32_t top_k;                 /* K (required), 1 <= K <= E */
+    int32_t activation;            /* MOE_ACT_*; gated ones make FC1 2F x H (gate rows, then up rows) */
+    int32_t score_function;        /* MOE_SCORE_* */
+    int32_t num_groups;            /* G for group-limited routing; 0 = none */
+    int32_t group_topk;            /* M groups kept; required when num_groups > 0 */
+    float scaling_factor;          /* gamma applied to probabilities; 0 = 1.0 */
+    int32_t expert_bias;           /* 1 = aux-loss-free expert bias (sigmoid / sqrtsoftplus only) */
+    float bias_update_rate;        /* u; 0 = 1e-3 */
+    int32_t aux_loss_type;         /* MOE_AUX_* */
+    float aux_loss_coeff;          /* alpha */
+    int64_t seq_length;            /* S for MOE_AUX_SEQUENCE; T must be a multiple of S */
+    float z_loss_coeff;            /* beta; 0 = no z-loss */
+    float capacity_factor;         /* 0 = dropless; > 0: C = ceil(T*K/E * factor) */
+    int32_t drop_policy;           /* MOE_DROP_* */
+    int32_t pad_to_capacity;       /* 1 = every expert gets exactly C rows (static shapes) */
+    int64_t shared_ffn_hidden_size;/* F_s; 0 = no shared expert */
+    int32_t shared_gate;           /* 1 = shared output gated by sigmoid(x . w_g) per token */
+    int32_t param_dtype;           /* MOE_DTYPE_*; router weight and expert bias are always fp32 (fp64 for FP64) */
+    int32_t nonfinite_policy;      /* MOE_NONFINITE_* */
+    int32_t reserved0;
+    uint64_t seed;                 /* parameter initialisation seed (0 is a valid seed) */
+} moe_layer_config;
+
+MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size);
+
+/* Creates a layer with parameters initialised from cfg->seed (see moe_layer_init_params). */
+MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg, moe_layer **out);
+/* Drops the host's reference; exported views keep the storage alive until their deleters run. */
+MOE_API void moe_layer_destroy(moe_layer *layer);
+/* Copies the layer's config with defaults resolved (scaling_factor 1, bias_update_rate 1e-3, ...). */
+MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *out);
+
+/* ---------------------------------------------------------------- parameters
+ * Slot            shape (row-major, contiguous)       dtype
+ * ROUTER_WEIGHT   [E, H]                               fp32 (fp64 when param_dtype = FP64)
+ * EXPERT_FC1      [E, F1, H], F1 = 2F gated else F     param_dtype (gated: rows 0..F-1 gate, F..2F-1 up)
+ * EXPERT_FC2      [E, H, F]                            param_dtype
+ * SHARED_FC1      [Fs1, H], Fs1 = 2Fs gated else Fs     param_dtype   (only with shared experts)
+ * SHARED_FC2      [H, Fs]                              param_dtype
+ * SHARED_GATE     [H]                                  param_dtype   (only with shared_gate)
+ * EXPERT_BIAS     [E]                                  fp32/fp64     (only with expert_bias; no gradient)
+ * Gradients have the same shapes; their dtype is fp32 for bf16 parameters ("main grads"), else the
+ * parameter dtype. Parameter and gradient views are CPU tensors for the CPU device. */
+enum {
+    MOE_PARAM_ROUTER_WEIGHT = 0,
+    MOE_PARAM_EXPERT_FC1 = 1,
+    MOE_PARAM_EXPERT_FC2 = 2,
+    MOE_PARAM_SHARED_FC1 = 3,
+    MOE_PARAM_SHARED_FC2 = 4,
+    MOE_PARAM_SHARED_GATE = 5,
+    MOE_PARAM_EXPERT_BIAS = 6,
+    MOE_PARAM_NUM_SLOTS = 7
+};
+/* Returns 1 if the layer has this slot, 0 if not (e.g. SHARED_FC1 without shared experts). */
+MOE_API int32_t moe_layer_has_param(const moe_layer *layer, int32_t slot);
+/* Exports a view of a parameter / gradient; writes through the view change the layer.
+ * The caller calls (*out)->deleter(*out) exactly once; the view keeps the layer's storage alive. */
+MOE_API int32_t moe_layer_param(moe_layer *layer, int32_t slot, DLManagedTensor **out);
+MOE_API int32_t moe_layer_grad(moe_layer *layer, int32_t slot, DLManagedTensor **out);
+/* Copies a host tensor into a parameter slot (same shape; same dtype, or fp32 into a bf16 slot with
+ * round-to-nearest-even). Any strides are accepted. */
+MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLTensor *src);
+/* Copies a parameter (grad = 0) or its gradient (grad = 1) into a caller tensor of the same shape and dtype. */
+MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t grad, DLTensor *dst);
+/* Deterministic initialisation from a seed, independent of the thread count:
+ * router and FC1 ~ U(-1/sqrt(H), 1/sqrt(H)), FC2 ~ U(-1/sqrt(F), 1/sqrt(F)), shared alike, bias 0. */
+MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed);
+MOE_API int32_t moe_layer_zero_grad(moe_layer *layer);
+enum { MOE_GRAD_ACCUMULATE = 0 /* default: backward adds into the gradients */, MOE_GRAD_OVERWRITE = 1 };
+MOE_API int32_t moe_layer_set_grad_mode(moe_layer *layer, int32_t mode);
+
+/* ---------------------------------------------------------------- steps */
+enum {
+    MOE_STEP_TRAIN = 0,     /* keeps the tape for backward; counts tokens for the expert bias */
+    MOE_STEP_EVAL = 1,      /* no tape, no counting, no backward */
+    MOE_STEP_RECOMPUTE = 2  /* keeps the tape but does not count again (host activation checkpointing) */
+};
+typedef struct moe_step_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t mode;           /* MOE_STEP_* */
+    float aux_loss_scale;   /* factor on aux/z-loss gradients (the host's main-loss scale); 0 = 1.0 */
+} moe_step_config;
+
+MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size);
+/* A step is the tape of one forward. Several steps of one layer may be in flight (micro-batches). */
+MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg, moe_step **out);
+MOE_API void moe_step_destroy(moe_step *step);
+
+/* x [T, H] and y [T, H] in the layer's param_dtype (fp32, bf16 or fp64), on the layer's device,
+ * contiguous row-major (strides NULL or compact); any T >= 0. y is overwritten. stream: NULL = the
+ * context's stream (ignored on CPU). Router arithmetic is fp32 whatever the dtype (fp64 for FP64). */
+MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream);
+/* Full backward: dx [T, H] is overwritten; parameter gradients are accumulated (or overwritten, per
+ * the grad mode). Aux and z-loss gradients are added into the router's, times aux_loss_scale. */
+MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream);
+/* The two phases of backward, for pipeline schedules that delay weight gradients:
+ * backward_data computes dx (and keeps what the weight phase needs); backward_weights adds the
+ * parameter gradients. backward == backward_data then backward_weights. */
+MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx,
+                                        void *stream);
+MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream);
+
+/* ---------------------------------------------------------------- routing statistics */
+typedef struct moe_routing_stats {
+    uint32_t struct_size;
+    uint32_t reserved;
+    int64_t num_tokens;        /* T */
+    int64_t num_assignments;   /* T*K */
+    int64_t dropped;           /* assignments dropped by capacity */
+    int64_t padded_rows;       /* zero rows added by pad_to_capacity */
+    int64_t capacity;          /* C per expert; -1 when dropless */
+    double aux_loss;           /* value of alpha * L (0 without aux loss) */
+    double z_loss;             /* value of beta * L_z */
+} moe_routing_stats;
+MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats);
+
+enum {
+    MOE_ROUTING_EXPERT_INDICES = 0, /* [T, K] int32, descending score, ties by lower index */
+    MOE_ROUTING_PROBS = 1,          /* [T, K] fp32 (fp64 for FP64 layers), after scaling */
+    MOE_ROUTING_TOKENS_PER_EXPERT = 2, /* [E] int64, routed assignments before capacity */
+    MOE_ROUTING_KEPT_PER_EXPERT = 3,   /* [E] int64, after capacity dropping */
+    MOE_ROUTING_DROPPED_MASK = 4       /* [T, K] uint8, 1 = dropped */
+};
+/* Exports a copy of one routing result of the last forward on this step (owned by the caller). */
+MOE_API int32_t moe_step_export_routing(const moe_step *step, int32_t what, DLManagedTensor **out);
+
+/* ---------------------------------------------------------------- expert bias (aux-loss-free balancing) */
+/* Copies the tokens each expert received (after dropping) in the training forwards since the last
+ * update into out ([E] int64). Hosts sum these over the data-parallel group before the update. */
+MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out);
+/* b_i += u * sign(mean(n) - n_i), n = counts ([E] int64, already summed) or the layer's own counts
+ * when counts is NULL; then resets the layer's counts. */
+MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *counts);
+/* MOE_AUX_GLOBAL: clears the counts accumulated over the micro-batches of a global batch. Call after
+ * the optimizer step. */
+MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOE_H */

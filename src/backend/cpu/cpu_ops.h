@@ -1,0 +1,53 @@
+/*
+ * Declarations of the CPU ops for the current `real` (see real.h). The signatures are exactly the
+ * op table's (src/backend/ops.h), which documents each contract; cpu_table.c assembles the tables.
+ */
+#ifndef MOE_CPU_OPS_H
+#define MOE_CPU_OPS_H
+
+#include "backend/ops.h"
+#include "backend/cpu/real.h"
+
+/* cpu_gemm.c */
+int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
+                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                        int64_t ldc);
+int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
+                                     int64_t n, int64_t k, double alpha, const void *a, const void *b,
+                                     int64_t b_group_stride, double beta, void *c);
+int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
+                                       double alpha, const void *a, const void *b, double beta, void *c,
+                                       int64_t c_group_stride);
+/* cpu_route.c */
+int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
+                             const void *bias, int32_t *idx, void *probs);
+int32_t MOE_R(cpu_route_bwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
+                             const int32_t *idx, const void *dprobs, void *dlogits);
+/* cpu_loss.c */
+int32_t MOE_R(cpu_aux_stats)(const moe_exec *ex, int32_t score_function, int32_t E, int32_t K, int64_t T,
+                             int64_t S, const void *logits, int64_t *counts, double *score_sums);
+int32_t MOE_R(cpu_aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E, int64_t T, int64_t S,
+                           const void *logits, const double *coef, void *dlogits);
+int32_t MOE_R(cpu_zloss_fwd)(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double *sum_sq);
+int32_t MOE_R(cpu_zloss_bwd)(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double coef,
+                             void *dlogits);
+/* cpu_dispatch.c */
+int32_t MOE_R(cpu_dispatch_plan)(const moe_exec *ex, int32_t E, int32_t K, int64_t T, const int32_t *idx,
+                                 const void *probs, int64_t capacity, int32_t drop_policy, int32_t pad,
+                                 moe_dispatch_plan *plan);
+int32_t MOE_R(cpu_permute)(const moe_exec *ex, int64_t R, int64_t H, const void *x, const int64_t *row_token,
+                           void *xp);
+int32_t MOE_R(cpu_unpermute)(const moe_exec *ex, int64_t T, int32_t K, int64_t H, const void *rows,
+                             const int64_t *slot_row, int32_t accumulate, void *y);
+/* cpu_act.c */
+int32_t MOE_R(cpu_act_fwd)(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z,
+                           const void *p, void *h);
+int32_t MOE_R(cpu_act_bwd)(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z,
+                           const void *p, const void *dh, void *dz, void *dp);
+/* cpu_elementwise.c */
+int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
+                           int32_t dst_dtype);
+int32_t MOE_R(cpu_check_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t *all_finite);
+int32_t MOE_R(cpu_axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y);
+
+#endif /* MOE_CPU_OPS_H */

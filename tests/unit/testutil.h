@@ -1,0 +1,35 @@
+/* Small helpers shared by the unit tests: deterministic random data, error norms, tensor views. */
+#ifndef MOE_TESTUTIL_H
+#define MOE_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+/* splitmix64-based stream; tu_uniform in [lo, hi). */
+typedef struct tu_rng { uint64_t s; } tu_rng;
+tu_rng tu_rng_make(uint64_t seed);
+double tu_uniform(tu_rng *r, double lo, double hi);
+double tu_normal(tu_rng *r);
+void tu_fill_uniform_f(float *x, size_t n, uint64_t seed, double lo, double hi);
+void tu_fill_uniform_d(double *x, size_t n, uint64_t seed, double lo, double hi);
+
+/* ||a - b|| / ||b|| (b = reference); returns +inf if any value is NaN. */
+double tu_rel_err_d(const double *a, const double *ref, size_t n);
+double tu_rel_err_f(const float *a, const double *ref, size_t n);
+double tu_max_abs_diff_d(const double *a, const double *b, size_t n);
+
+/* A DLTensor view over host memory (contiguous, CPU). shape is copied into the holder. */
+typedef struct tu_tensor {
+    DLTensor t;
+    int64_t shape[4];
+} tu_tensor;
+void tu_tensor_make(tu_tensor *h, void *data, uint8_t code, uint8_t bits, int ndim, const int64_t *shape);
+void tu_tensor_f32(tu_tensor *h, float *data, int ndim, const int64_t *shape);
+void tu_tensor_f64(tu_tensor *h, double *data, int ndim, const int64_t *shape);
+
+/* Runs a Check suite, prints the summary and returns the process exit status. */
+int tu_run_suite(Suite *s);
+
+#endif
