@@ -1,0 +1,129 @@
+/* Context lifetime, configuration and memory statistics. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/config_header.h"
+#include "core/context.h"
+
+#define CTX_CFG_MIN sizeof(moe_context_config)
+
+MOE_API int32_t moe_context_config_init(moe_context_config *cfg, size_t struct_size)
+{
+    return moe_config_init("moe_context_config", cfg, struct_size, sizeof *cfg, CTX_CFG_MIN);
+}
+
+/* Copies a hook table whose first member is struct_size; returns 0 if the size is too small. */
+static int copy_hook(void *dst, size_t ours, const void *src)
+{
+    uint32_t sz;
+    memcpy(&sz, src, sizeof sz);
+    if (sz < ours) return 0;
+    memcpy(dst, src, ours);
+    return 1;
+}
+
+MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context **out)
+{
+    if (!out) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_create: out is NULL");
+    moe_context_config cfg;
+    moe_context_config dflt;
+    if (!cfg_in) {
+        moe_context_config_init(&dflt, sizeof dflt);
+        cfg_in = &dflt;
+    }
+    int32_t st = moe_config_copy(NULL, "moe_context_config", cfg_in, sizeof cfg, CTX_CFG_MIN, &cfg);
+    if (st) return st;
+    if (cfg.device_type == 0) cfg.device_type = MOE_DEVICE_CPU;
+    if (cfg.device_type == MOE_DEVICE_CUDA)
+        return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "moe_context_config.device_type = MOE_DEVICE_CUDA: this build has no "
+                          "CUDA backend (moe_build_features() lacks MOE_FEATURE_CUDA)");
+    if (cfg.device_type != MOE_DEVICE_CPU)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_type = %d; expected MOE_DEVICE_CPU (1) "
+                          "or MOE_DEVICE_CUDA (2)", cfg.device_type);
+    if (cfg.device_id != 0)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; the CPU device has id 0",
+                          cfg.device_id);
+    if (cfg.num_threads < 0 || cfg.num_threads > 4096)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.num_threads = %d; expected 0 (all cores) .. 4096",
+                          cfg.num_threads);
+    moe_context tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (cfg.allocator) {
+        if (!copy_hook(&tmp.allocator, sizeof tmp.allocator, cfg.allocator))
+            return moe_errorf(NULL, MOE_ERR_VERSION, "moe_context_config.allocator->struct_size is smaller than %zu",
+                              sizeof tmp.allocator);
+        if ((tmp.allocator.alloc == NULL) != (tmp.allocator.free == NULL))
+            return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.allocator: set both alloc and free, or neither");
+        tmp.has_allocator = 1;
+    }
+    if (cfg.logger) {
+        if (!copy_hook(&tmp.logger, sizeof tmp.logger, cfg.logger))
+            return moe_errorf(NULL, MOE_ERR_VERSION, "moe_context_config.logger->struct_size is smaller than %zu",
+                              sizeof tmp.logger);
+        tmp.has_logger = 1;
+    }
+    if (cfg.profiler) {
+        if (!copy_hook(&tmp.profiler, sizeof tmp.profiler, cfg.profiler))
+            return moe_errorf(NULL, MOE_ERR_VERSION, "moe_context_config.profiler->struct_size is smaller than %zu",
+                              sizeof tmp.profiler);
+        tmp.has_profiler = 1;
+    }
+    moe_context *ctx = malloc(sizeof *ctx); /* the context itself precedes its allocator */
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: out of memory");
+    *ctx = tmp;
+    atomic_init(&ctx->refs, 1);
+    ctx->device_type = cfg.device_type;
+    ctx->device_id = cfg.device_id;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    ctx->num_threads = cfg.num_threads > 0 ? cfg.num_threads : (cores > 0 ? (int32_t)cores : 1);
+    *out = ctx;
+    return MOE_OK;
+}
+
+void moe_context_retain(moe_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
+
+/* The last reference frees the pool and calls each hook's release exactly once. */
+void moe_context_release_ref(moe_context *ctx)
+{
+    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
+    moe_mem_trim(ctx);
+    if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);
+    if (ctx->has_logger && ctx->logger.release) ctx->logger.release(ctx->logger.user_data);
+    if (ctx->has_profiler && ctx->profiler.release) ctx->profiler.release(ctx->profiler.user_data);
+    free(ctx);
+}
+
+MOE_API void moe_context_destroy(moe_context *ctx)
+{
+    if (ctx) moe_context_release_ref(ctx);
+}
+
+MOE_API int32_t moe_context_num_threads(const moe_context *ctx, int32_t *out)
+{
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_num_threads: ctx is NULL");
+    if (!out) return moe_errorf((moe_context *)ctx, MOE_ERR_INVALID_ARGUMENT, "moe_context_num_threads: out is NULL");
+    *out = ctx->num_threads;
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats)
+{
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_stats: ctx is NULL");
+    moe_context *c = (moe_context *)ctx;
+    if (!stats) return moe_errorf(c, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_stats: stats is NULL");
+    size_t want = stats->struct_size;
+    if (want < sizeof(uint32_t) * 2)
+        return moe_errorf(c, MOE_ERR_VERSION, "moe_context_memory_stats: stats->struct_size = %zu; set it to sizeof(moe_memory_stats)",
+                          want);
+    moe_memory_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
+    memcpy(s.current_bytes, ctx->mem_current, sizeof s.current_bytes);
+    memcpy(s.peak_bytes, ctx->mem_peak, sizeof s.peak_bytes);
+    s.total_current_bytes = ctx->mem_total_current;
+    s.total_peak_bytes = ctx->mem_total_peak;
+    s.num_allocations = ctx->mem_live;
+    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
+    return MOE_OK;
+}

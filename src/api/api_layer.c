@@ -1,0 +1,178 @@
+/* Exported layer functions: argument checks, then src/core. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/config_header.h"
+#include "api/dlpack_export.h"
+#include "api/tensor_check.h"
+#include "core/layer.h"
+
+#define LAYER_CFG_MIN sizeof(moe_layer_config)
+
+static const char *const slot_names[MOE_PARAM_NUM_SLOTS] = {
+    "MOE_PARAM_ROUTER_WEIGHT", "MOE_PARAM_EXPERT_FC1", "MOE_PARAM_EXPERT_FC2", "MOE_PARAM_SHARED_FC1",
+    "MOE_PARAM_SHARED_FC2",    "MOE_PARAM_SHARED_GATE", "MOE_PARAM_EXPERT_BIAS"};
+
+MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size)
+{
+    return moe_config_init("moe_layer_config", cfg, struct_size, sizeof *cfg, LAYER_CFG_MIN);
+}
+
+MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg_in, moe_layer **out)
+{
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_create: ctx is NULL");
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_create: out is NULL");
+    moe_layer_config cfg;
+    int32_t st = moe_config_copy(ctx, "moe_layer_config", cfg_in, sizeof cfg, LAYER_CFG_MIN, &cfg);
+    if (st) return st;
+    moe_layer *L = calloc(1, sizeof *L);
+    if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_create: out of memory");
+    L->ctx = ctx;
+    st = moe_layer_resolve_config(ctx, &cfg, L);
+    if (st) {
+        free(L);
+        return st;
+    }
+    atomic_init(&L->refs, 1);
+    moe_context_retain(ctx);
+    st = moe_layer_alloc_params(L);
+    if (!st) st = moe_layer_init_params_impl(L, cfg.seed);
+    if (st) {
+        moe_layer_release_ref(L);
+        return st;
+    }
+    *out = L;
+    return MOE_OK;
+}
+
+MOE_API void moe_layer_destroy(moe_layer *layer)
+{
+    if (layer) moe_layer_release_ref(layer);
+}
+
+MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *out)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_get_config: layer is NULL");
+    moe_context *ctx = layer->ctx;
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_get_config: out is NULL");
+    size_t want = out->struct_size;
+    if (want < LAYER_CFG_MIN)
+        return moe_errorf(ctx, MOE_ERR_VERSION, "moe_layer_get_config: out->struct_size = %zu; call moe_layer_config_init first",
+                          want);
+    moe_layer_config c = layer->cfg;
+    c.struct_size = (uint32_t)want;
+    c.api_version = MOE_API_VERSION;
+    c.next = NULL;
+    memcpy(out, &c, sizeof c); /* bytes beyond our size (a newer host's fields) stay as the host set them */
+    return MOE_OK;
+}
+
+static int32_t check_slot(const moe_layer *layer, const char *fn, int32_t slot)
+{
+    if (slot < 0 || slot >= MOE_PARAM_NUM_SLOTS)
+        return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: slot = %d; expected MOE_PARAM_ROUTER_WEIGHT (0) .. "
+                          "MOE_PARAM_EXPERT_BIAS (6)", fn, slot);
+    if (!layer->slot[slot].present)
+        return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: slot %s does not exist in this layer's config", fn,
+                          slot_names[slot]);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_has_param(const moe_layer *layer, int32_t slot)
+{
+    if (!layer || slot < 0 || slot >= MOE_PARAM_NUM_SLOTS) return 0;
+    return layer->slot[slot].present;
+}
+
+static int32_t view(moe_layer *layer, const char *fn, int32_t slot, int32_t grad, DLManagedTensor **out)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+    int32_t st = check_slot(layer, fn, slot);
+    if (st) return st;
+    if (!out) return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    const moe_slot_info *si = &layer->slot[slot];
+    if (grad && !si->has_grad)
+        return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: slot %s has no gradient (it is updated by "
+                          "moe_layer_update_expert_bias)", fn, slot_names[slot]);
+    void *data = grad ? layer->grad[slot].p : layer->param[slot].p;
+    return moe_export_view(layer, data, moe_dl_dtype(grad ? si->grad_dtype : si->dtype), si->ndim, si->shape, out);
+}
+
+MOE_API int32_t moe_layer_param(moe_layer *layer, int32_t slot, DLManagedTensor **out)
+{
+    return view(layer, "moe_layer_param", slot, 0, out);
+}
+
+MOE_API int32_t moe_layer_grad(moe_layer *layer, int32_t slot, DLManagedTensor **out)
+{
+    return view(layer, "moe_layer_grad", slot, 1, out);
+}
+
+MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLTensor *src)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_import_param: layer is NULL");
+    int32_t st = check_slot(layer, "moe_layer_import_param", slot);
+    if (st) return st;
+    moe_context *ctx = layer->ctx;
+    const moe_slot_info *si = &layer->slot[slot];
+    int32_t alt = si->dtype == MOE_DTYPE_BF16 ? MOE_DTYPE_FP32 : -1; /* fp32 -> bf16 rounds on import */
+    st = moe_check_tensor_strided(ctx, src, "src", si->ndim, si->shape, si->dtype, alt);
+    if (st) return st;
+    int32_t sdt = moe_dtype_of(src->dtype);
+    size_t elem = sdt == MOE_DTYPE_FP64 ? 8 : sdt == MOE_DTYPE_BF16 ? 2 : 4;
+    if (sdt == si->dtype) {
+        moe_gather_strided(src, elem, layer->param[slot].p);
+        return MOE_OK;
+    }
+    moe_buf tmp = {0};
+    st = moe_buf_reserve(ctx, &tmp, (size_t)si->numel * elem, MOE_MEM_WORKSPACE);
+    if (st) return st;
+    moe_gather_strided(src, elem, tmp.p);
+    moe_exec ex = moe_context_exec(ctx, NULL);
+    st = moe_cpu_ops_f32.convert(&ex, si->numel, tmp.p, sdt, layer->param[slot].p, si->dtype);
+    moe_buf_release(ctx, &tmp);
+    return st ? moe_errorf(ctx, st, "moe_layer_import_param: conversion to %s failed", moe_dtype_name(si->dtype)) : MOE_OK;
+}
+
+MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t grad, DLTensor *dst)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: layer is NULL");
+    int32_t st = check_slot(layer, "moe_layer_export_param", slot);
+    if (st) return st;
+    moe_context *ctx = layer->ctx;
+    const moe_slot_info *si = &layer->slot[slot];
+    if (grad != 0 && grad != 1)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: grad = %d; expected 0 (parameter) or 1 (gradient)", grad);
+    if (grad && !si->has_grad)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: slot %s has no gradient", slot_names[slot]);
+    int32_t dt = grad ? si->grad_dtype : si->dtype;
+    st = moe_check_tensor_strided(ctx, dst, "dst", si->ndim, si->shape, dt, -1);
+    if (st) return st;
+    size_t elem = dt == MOE_DTYPE_FP64 ? 8 : dt == MOE_DTYPE_BF16 ? 2 : 4;
+    moe_scatter_strided(grad ? layer->grad[slot].p : layer->param[slot].p, elem, dst);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_init_params: layer is NULL");
+    return moe_layer_init_params_impl(layer, seed);
+}
+
+MOE_API int32_t moe_layer_zero_grad(moe_layer *layer)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_zero_grad: layer is NULL");
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++)
+        if (layer->grad[s].p) memset(layer->grad[s].p, 0, (size_t)layer->slot[s].numel * layer->ops->elem_size);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_set_grad_mode(moe_layer *layer, int32_t mode)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_set_grad_mode: layer is NULL");
+    if (mode != MOE_GRAD_ACCUMULATE && mode != MOE_GRAD_OVERWRITE)
+        return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_set_grad_mode: mode = %d; expected "
+                          "MOE_GRAD_ACCUMULATE (0) or MOE_GRAD_OVERWRITE (1)", mode);
+    layer->grad_mode = mode;
+    return MOE_OK;
+}

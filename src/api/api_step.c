@@ -1,0 +1,248 @@
+/* Exported step functions: forward/backward, routing statistics and the expert-bias update. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/config_header.h"
+#include "api/dlpack_export.h"
+#include "api/tensor_check.h"
+#include "core/layer.h"
+
+#define STEP_CFG_MIN sizeof(moe_step_config)
+
+MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size)
+{
+    return moe_config_init("moe_step_config", cfg, struct_size, sizeof *cfg, STEP_CFG_MIN);
+}
+
+MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in, moe_step **out)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_create: layer is NULL");
+    moe_context *ctx = layer->ctx;
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_create: out is NULL");
+    moe_step_config cfg, dflt;
+    if (!cfg_in) {
+        moe_step_config_init(&dflt, sizeof dflt);
+        cfg_in = &dflt;
+    }
+    int32_t st = moe_config_copy(ctx, "moe_step_config", cfg_in, sizeof cfg, STEP_CFG_MIN, &cfg);
+    if (st) return st;
+    if (cfg.mode < MOE_STEP_TRAIN || cfg.mode > MOE_STEP_RECOMPUTE)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.mode = %d; expected MOE_STEP_TRAIN (0), "
+                          "MOE_STEP_EVAL (1) or MOE_STEP_RECOMPUTE (2)", cfg.mode);
+    if (!isfinite(cfg.aux_loss_scale) || cfg.aux_loss_scale < 0)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.aux_loss_scale = %g; expected a finite value > 0 "
+                          "(0 = 1.0)", (double)cfg.aux_loss_scale);
+    moe_step *s = calloc(1, sizeof *s);
+    if (!s) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_step_create: out of memory");
+    s->layer = layer;
+    s->mode = cfg.mode;
+    s->aux_loss_scale = cfg.aux_loss_scale > 0 ? (double)cfg.aux_loss_scale : 1.0;
+    s->capacity = -1;
+    moe_layer_retain(layer);
+    *out = s;
+    return MOE_OK;
+}
+
+MOE_API void moe_step_destroy(moe_step *step)
+{
+    if (!step) return;
+    moe_layer *layer = step->layer;
+    moe_step_free_tape(step);
+    free(step);
+    moe_layer_release_ref(layer);
+}
+
+static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
+    if (!step) return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: step is NULL", fn);
+    if (step->layer != layer)
+        return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: step was created for another layer", fn);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream)
+{
+    int32_t st = check_pair(layer, step, "moe_layer_forward");
+    if (st) return st;
+    moe_context *ctx = layer->ctx;
+    int64_t xs[2] = {-1, layer->H};
+    st = moe_check_tensor(ctx, x, "x", 2, xs, layer->dtype);
+    if (st) return st;
+    int64_t T = x->shape[0];
+    int64_t ys[2] = {T, layer->H};
+    st = moe_check_tensor(ctx, y, "y", 2, ys, layer->dtype);
+    if (st) return st;
+    if (T > ((int64_t)1 << 40) / layer->K)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens; at most 2^40 / top_k are supported", (long long)T);
+    if (layer->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T % layer->S != 0)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
+                          "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
+    return moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), stream);
+}
+
+static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn)
+{
+    moe_context *ctx = layer->ctx;
+    if (step->mode == MOE_STEP_EVAL)
+        return moe_errorf(ctx, MOE_ERR_STATE, "%s: the step was created with MOE_STEP_EVAL and keeps no tape", fn);
+    if (step->state != MOE_STEP_STATE_FORWARD)
+        return moe_errorf(ctx, MOE_ERR_STATE, "%s: %s", fn,
+                          step->state == MOE_STEP_STATE_EMPTY ? "no successful forward on this step yet"
+                                                              : "backward already ran for this step's forward");
+    int64_t shape[2] = {step->T, layer->H};
+    int32_t st = moe_check_tensor(ctx, dy, "dy", 2, shape, layer->dtype);
+    if (st) return st;
+    return moe_check_tensor(ctx, dx, "dx", 2, shape, layer->dtype);
+}
+
+MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
+{
+    int32_t st = check_pair(layer, step, "moe_layer_backward_data");
+    if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data");
+    if (st) return st;
+    return moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
+}
+
+MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream)
+{
+    int32_t st = check_pair(layer, step, "moe_layer_backward_weights");
+    if (st) return st;
+    if (step->state != MOE_STEP_STATE_DATA_GRAD)
+        return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
+                          step->state == MOE_STEP_STATE_DONE ? "weight gradients of this step were already added"
+                                                             : "run moe_layer_backward_data on this step first");
+    return moe_layer_backward_weights_impl(layer, step, stream);
+}
+
+MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
+{
+    int32_t st = check_pair(layer, step, "moe_layer_backward");
+    if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward");
+    if (!st) st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
+    if (!st) st = moe_layer_backward_weights_impl(layer, step, stream);
+    return st;
+}
+
+MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats)
+{
+    if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_routing_stats: step is NULL");
+    moe_context *ctx = step->layer->ctx;
+    if (!stats) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_routing_stats: stats is NULL");
+    size_t want = stats->struct_size;
+    if (want < 8)
+        return moe_errorf(ctx, MOE_ERR_VERSION, "moe_step_routing_stats: stats->struct_size = %zu; set it to "
+                          "sizeof(moe_routing_stats)", want);
+    if (step->state == MOE_STEP_STATE_EMPTY)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_routing_stats: no successful forward on this step yet");
+    moe_routing_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
+    s.num_tokens = step->T;
+    s.num_assignments = step->T * step->layer->K;
+    s.dropped = step->dropped_count;
+    s.padded_rows = step->padded_count;
+    s.capacity = step->capacity;
+    s.aux_loss = step->aux_loss;
+    s.z_loss = step->z_loss;
+    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_step_export_routing(const moe_step *step, int32_t what, DLManagedTensor **out)
+{
+    if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_export_routing: step is NULL");
+    const moe_layer *L = step->layer;
+    moe_context *ctx = L->ctx;
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_export_routing: out is NULL");
+    if (step->state == MOE_STEP_STATE_EMPTY)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_export_routing: no successful forward on this step yet");
+    const moe_step_tape *tp = &step->tape;
+    int64_t tk[2] = {step->T, L->K}, e1[1] = {L->E};
+    DLDataType i32 = {kDLInt, 32, 1}, i64 = {kDLInt, 64, 1}, u8 = {kDLUInt, 8, 1};
+    size_t TK = (size_t)(step->T * L->K);
+    switch (what) {
+    case MOE_ROUTING_EXPERT_INDICES: return moe_export_copy(ctx, tp->idx.p, TK * 4, i32, 2, tk, out);
+    case MOE_ROUTING_PROBS:
+        return moe_export_copy(ctx, tp->probs.p, TK * L->ops->elem_size, moe_dl_dtype(L->ops->dtype), 2, tk, out);
+    case MOE_ROUTING_TOKENS_PER_EXPERT: return moe_export_copy(ctx, tp->tokens_per_expert.p, (size_t)L->E * 8, i64, 1, e1, out);
+    case MOE_ROUTING_KEPT_PER_EXPERT: return moe_export_copy(ctx, tp->kept_per_expert.p, (size_t)L->E * 8, i64, 1, e1, out);
+    case MOE_ROUTING_DROPPED_MASK: return moe_export_copy(ctx, tp->dropped.p, TK, u8, 2, tk, out);
+    default:
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_export_routing: what = %d; expected "
+                          "MOE_ROUTING_EXPERT_INDICES (0) .. MOE_ROUTING_DROPPED_MASK (4)", what);
+    }
+}
+
+MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_expert_counts: layer is NULL");
+    moe_context *ctx = layer->ctx;
+    int64_t e1[1] = {layer->E};
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_expert_counts: out is NULL");
+    DLDataType want = {kDLInt, 64, 1};
+    if (out->dtype.code != want.code || out->dtype.bits != 64 || out->dtype.lanes != 1)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "out.dtype: expected int64");
+    /* dtype is checked above; reuse the shape/device/stride checks with a stand-in float dtype */
+    DLTensor view = *out;
+    view.dtype = moe_dl_dtype(MOE_DTYPE_FP64);
+    int32_t st = moe_check_tensor_strided(ctx, &view, "out", 1, e1, MOE_DTYPE_FP64, -1);
+    if (st) return st;
+    moe_scatter_strided(layer->bias_counts, 8, out);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *counts)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_update_expert_bias: layer is NULL");
+    moe_context *ctx = layer->ctx;
+    if (!layer->cfg.expert_bias)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_layer_update_expert_bias: the layer was created without cfg.expert_bias");
+    int32_t E = layer->E;
+    int64_t *n = malloc(sizeof(int64_t) * (size_t)E);
+    if (!n) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
+    if (counts) {
+        int64_t e1[1] = {E};
+        int32_t st = MOE_OK;
+        if (counts->dtype.code != kDLInt || counts->dtype.bits != 64 || counts->dtype.lanes != 1)
+            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts.dtype: expected int64");
+        DLTensor view = *counts;
+        view.dtype = moe_dl_dtype(MOE_DTYPE_FP64);
+        if (!st) st = moe_check_tensor_strided(ctx, &view, "counts", 1, e1, MOE_DTYPE_FP64, -1);
+        if (st) {
+            free(n);
+            return st;
+        }
+        moe_gather_strided(counts, 8, n);
+        for (int32_t i = 0; i < E; i++)
+            if (n[i] < 0) {
+                free(n);
+                return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative", i, (long long)n[i]);
+            }
+    } else {
+        memcpy(n, layer->bias_counts, sizeof(int64_t) * (size_t)E);
+    }
+    /* b_i += u * sign(mean(n) - n_i), compared exactly: mean(n) - n_i has the sign of sum(n) - E*n_i */
+    int64_t total = 0;
+    for (int32_t i = 0; i < E; i++) total += n[i];
+    double u = (double)layer->cfg.bias_update_rate;
+    for (int32_t i = 0; i < E; i++) {
+        int64_t diff = total - (int64_t)E * n[i];
+        double step = diff > 0 ? u : diff < 0 ? -u : 0.0;
+        if (layer->ops->dtype == MOE_DTYPE_FP64) ((double *)layer->param[MOE_PARAM_EXPERT_BIAS].p)[i] += step;
+        else ((float *)layer->param[MOE_PARAM_EXPERT_BIAS].p)[i] += (float)step;
+    }
+    memset(layer->bias_counts, 0, sizeof(int64_t) * (size_t)E);
+    free(n);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer)
+{
+    if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_reset_global_aux: layer is NULL");
+    memset(layer->global_counts, 0, sizeof(double) * (size_t)layer->E);
+    layer->global_tokens = 0;
+    layer->global_microbatches = 0;
+    return MOE_OK;
+}

@@ -1,0 +1,95 @@
+/* Status names, error messages (per context, thread-local fallback) and logging. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/context.h"
+
+static _Thread_local char tls_error[MOE_ERROR_CAP];
+
+MOE_API const char *moe_status_name(int32_t status)
+{
+    switch (status) {
+    case MOE_OK: return "MOE_OK";
+    case MOE_ERR_INVALID_ARGUMENT: return "MOE_ERR_INVALID_ARGUMENT";
+    case MOE_ERR_UNSUPPORTED: return "MOE_ERR_UNSUPPORTED";
+    case MOE_ERR_OUT_OF_MEMORY: return "MOE_ERR_OUT_OF_MEMORY";
+    case MOE_ERR_VERSION: return "MOE_ERR_VERSION";
+    case MOE_ERR_STATE: return "MOE_ERR_STATE";
+    case MOE_ERR_NONFINITE: return "MOE_ERR_NONFINITE";
+    case MOE_ERR_BACKEND: return "MOE_ERR_BACKEND";
+    case MOE_ERR_COMM: return "MOE_ERR_COMM";
+    case MOE_ERR_TIMEOUT: return "MOE_ERR_TIMEOUT";
+    case MOE_ERR_CALLBACK: return "MOE_ERR_CALLBACK";
+    case MOE_ERR_INTERNAL: return "MOE_ERR_INTERNAL";
+    default: return "MOE_ERR_UNKNOWN";
+    }
+}
+
+MOE_API const char *moe_status_string(int32_t status)
+{
+    switch (status) {
+    case MOE_OK: return "success";
+    case MOE_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case MOE_ERR_UNSUPPORTED: return "unsupported by this build or backend";
+    case MOE_ERR_OUT_OF_MEMORY: return "out of memory";
+    case MOE_ERR_VERSION: return "struct size or API version not understood";
+    case MOE_ERR_STATE: return "call out of order for this object's state";
+    case MOE_ERR_NONFINITE: return "NaN or Inf in an input";
+    case MOE_ERR_BACKEND: return "backend (BLAS / CUDA) failure";
+    case MOE_ERR_COMM: return "communication failure";
+    case MOE_ERR_TIMEOUT: return "timed out";
+    case MOE_ERR_CALLBACK: return "a host callback failed";
+    case MOE_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+    }
+}
+
+static size_t copy_out(const char *msg, char *buf, size_t cap)
+{
+    size_t n = strlen(msg);
+    if (buf && cap > 0) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        memcpy(buf, msg, c);
+        buf[c] = '\0';
+    }
+    return n;
+}
+
+MOE_API size_t moe_context_last_error(const moe_context *ctx, char *buf, size_t cap)
+{
+    return copy_out(ctx ? ctx->last_error : tls_error, buf, cap);
+}
+
+MOE_API size_t moe_last_error(char *buf, size_t cap) { return copy_out(tls_error, buf, cap); }
+
+static void deliver(moe_context *ctx, int32_t level, const char *msg)
+{
+    if (ctx && ctx->has_logger && ctx->logger.log && level <= ctx->logger.max_level)
+        ctx->logger.log(ctx->logger.user_data, level, msg);
+}
+
+int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
+{
+    char *dst = ctx ? ctx->last_error : tls_error;
+    int n = snprintf(dst, MOE_ERROR_CAP, "%s: ", moe_status_name(status));
+    if (n < 0 || n >= MOE_ERROR_CAP) n = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst + n, MOE_ERROR_CAP - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (ctx) memcpy(tls_error, ctx->last_error, MOE_ERROR_CAP); /* the fallback always has the latest */
+    deliver(ctx, MOE_LOG_ERROR, dst);
+    return status;
+}
+
+void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
+{
+    if (!ctx || !ctx->has_logger || !ctx->logger.log || level > ctx->logger.max_level) return;
+    char msg[MOE_ERROR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->logger.log(ctx->logger.user_data, level, msg);
+}

@@ -1,0 +1,135 @@
+/*
+ * The MoE layer and its step tape (internal). See MATH.md for what is computed and
+ * docs/layer.md for the forward/backward data flow.
+ */
+#ifndef MOE_CORE_LAYER_H
+#define MOE_CORE_LAYER_H
+
+#include <stdatomic.h>
+
+#include "core/context.h"
+
+/* An engine-owned buffer charged to a ledger category. */
+typedef struct moe_buf {
+    void *p;
+    size_t bytes;
+    int32_t category;
+} moe_buf;
+
+int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category);
+void moe_buf_release(moe_context *ctx, moe_buf *b);
+
+/* Shape and storage of one parameter slot. */
+typedef struct moe_slot_info {
+    int32_t present;
+    int32_t ndim;
+    int64_t shape[3];
+    int64_t numel;
+    int32_t dtype;      /* storage dtype of the parameter (MOE_DTYPE_*) */
+    int32_t grad_dtype; /* storage dtype of the gradient (the compute dtype) */
+    int32_t has_grad;
+} moe_slot_info;
+
+struct moe_layer {
+    atomic_int refs; /* host handle + steps + exported views */
+    moe_context *ctx;
+    moe_layer_config cfg; /* resolved: defaults filled in */
+    const moe_ops *ops;   /* compute table (fp32 for fp32/bf16 layers, fp64 for fp64) */
+    int32_t dtype;        /* param_dtype */
+    int32_t gated;
+    int64_t H, F, F1, Fs, Fs1, S;
+    int32_t E, K;
+    double capacity_factor; /* 0 = dropless */
+    moe_route_params route;
+    int32_t grad_mode;
+    moe_slot_info slot[MOE_PARAM_NUM_SLOTS];
+    moe_buf param[MOE_PARAM_NUM_SLOTS];
+    moe_buf grad[MOE_PARAM_NUM_SLOTS];
+    /* compute-dtype copies of bf16 parameters, refreshed at each forward (== param for fp32/fp64) */
+    moe_buf wcache[MOE_PARAM_NUM_SLOTS];
+    /* aux-loss-free bias: tokens received per expert since the last update */
+    int64_t *bias_counts; /* [E] */
+    /* MOE_AUX_GLOBAL running sums over the micro-batches of a global batch */
+    double *global_counts; /* [E] */
+    double global_tokens;
+    int64_t global_microbatches;
+};
+
+enum { MOE_STEP_STATE_EMPTY = 0, MOE_STEP_STATE_FORWARD = 1, MOE_STEP_STATE_DATA_GRAD = 2, MOE_STEP_STATE_DONE = 3 };
+
+/* The tape of one forward (what backward needs) plus its routing results. Buffer sizes in the
+ * comments: T tokens, R permuted rows, B aux sequences. Arrays are in the compute dtype unless noted. */
+typedef struct moe_step_tape {
+    moe_buf xs;          /* [T,H] input in compute dtype */
+    moe_buf logits;      /* [T,E] */
+    moe_buf idx;         /* [T,K] int32 */
+    moe_buf probs;       /* [T,K] */
+    moe_buf dropped;     /* [T,K] uint8 */
+    moe_buf tokens_per_expert, kept_per_expert, offsets; /* [E], [E], [E+1] int64 */
+    moe_buf row_token;   /* [R_max] int64 */
+    moe_buf row_prob;    /* [R_max] */
+    moe_buf slot_row;    /* [T*K] int64 */
+    moe_buf aux_counts;  /* [B,E] int64 */
+    moe_buf aux_sums;    /* [B,E] double */
+    moe_buf aux_coef;    /* [B,E] double: dL_aux / d s^ (before the loss scale) */
+    moe_buf z;           /* [R,F1] FC1 output */
+    moe_buf zs;          /* [T,Fs1] shared FC1 output */
+    moe_buf gate;        /* [T] shared gate sigma(x.w_g) */
+    /* backward_data -> backward_weights */
+    moe_buf dys;         /* [T,H] output gradient in compute dtype */
+    moe_buf dyr;         /* [R,H] permuted output gradient */
+    moe_buf dz;          /* [R,F1] */
+    moe_buf dzs;         /* [T,Fs1] */
+    moe_buf dgate;       /* [T] gradient of the gate logit */
+    moe_buf dlogits;     /* [T,E] */
+    /* scratch */
+    moe_buf h;           /* [R,F] (also [T,Fs]) */
+    moe_buf rows;        /* [R, max(H,F1)] */
+    moe_buf tok;         /* [T,H] */
+} moe_step_tape;
+
+struct moe_step {
+    moe_layer *layer;
+    int32_t mode;
+    double aux_loss_scale;
+    int32_t state;
+    int64_t T, R, B, capacity;
+    int64_t dropped_count, padded_count;
+    double aux_loss, z_loss;
+    moe_step_tape tape;
+};
+
+/* layer_config.c: validates cfg and fills the layer's resolved fields (no allocation). */
+int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *cfg, moe_layer *layer);
+/* params.c */
+int32_t moe_layer_alloc_params(moe_layer *layer);
+void moe_layer_free_params(moe_layer *layer);
+int32_t moe_layer_init_params_impl(moe_layer *layer, uint64_t seed);
+void moe_layer_retain(moe_layer *layer);
+void moe_layer_release_ref(moe_layer *layer);
+/* Compute-dtype pointer of a parameter (wcache for bf16; refreshed by moe_layer_refresh_wcache). */
+const void *moe_layer_weight(const moe_layer *layer, int32_t slot);
+int32_t moe_layer_refresh_wcache(moe_layer *layer);
+/* forward.c / backward.c: tensors already validated by src/api. x/y/dy/dx data pointers are in the
+ * layer's dtype, contiguous. */
+int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, const void *x, void *y, void *stream);
+int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, void *stream);
+int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, void *stream);
+void moe_step_free_tape(moe_step *step);
+/* Reserves a tape buffer of n elements of es bytes (overflow-checked), charged to ACTIVATIONS. */
+int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es);
+
+/* Early return on a non-OK status. */
+#define TRY(expr)                                                                                                    \
+    do {                                                                                                             \
+        int32_t st_ = (expr);                                                                                        \
+        if (st_ != MOE_OK) return st_;                                                                               \
+    } while (0)
+/* Calls an op of layer L's table; a failure becomes an error naming the op. */
+#define OP(fn, ...)                                                                                                  \
+    do {                                                                                                             \
+        int32_t st_ = L->ops->fn(__VA_ARGS__);                                                                       \
+        if (st_ != MOE_OK) return moe_errorf(L->ctx, st_, "op %s of backend %s failed", #fn, L->ops->name);          \
+    } while (0)
+
+#endif /* MOE_CORE_LAYER_H */

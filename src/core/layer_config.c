@@ -1,0 +1,113 @@
+/* Validation of a layer config against MATH.md, and the resolved (defaults filled) copy. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/layer.h"
+
+#define BAD(...) moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* The float the host wrote, as the decimal it most likely meant (1.1f -> 1.1), so that
+ * ceil(T*K/E * factor) matches a host computing in double from the same literal. */
+static double float_as_decimal(float f)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)f);
+    return strtod(buf, NULL);
+}
+
+int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, moe_layer *L)
+{
+    moe_layer_config c = *in;
+    const int64_t dim_max = (int64_t)1 << 24;
+    if (c.hidden_size <= 0 || c.hidden_size > dim_max)
+        return BAD("cfg.hidden_size = %lld; expected 1 .. %lld", (long long)c.hidden_size, (long long)dim_max);
+    if (c.ffn_hidden_size <= 0 || c.ffn_hidden_size > dim_max)
+        return BAD("cfg.ffn_hidden_size = %lld; expected 1 .. %lld", (long long)c.ffn_hidden_size, (long long)dim_max);
+    if (c.num_experts <= 0 || c.num_experts > 65536)
+        return BAD("cfg.num_experts = %d; expected 1 .. 65536", c.num_experts);
+    if (c.top_k <= 0 || c.top_k > c.num_experts)
+        return BAD("cfg.top_k = %d; expected 1 <= top_k <= num_experts (%d)", c.top_k, c.num_experts);
+    if (c.activation < MOE_ACT_SWIGLU || c.activation > MOE_ACT_SILU)
+        return BAD("cfg.activation = %d; expected one of MOE_ACT_SWIGLU(0), GEGLU(1), GELU(2), RELU(3), SILU(4)", c.activation);
+    if (c.score_function < MOE_SCORE_SOFTMAX || c.score_function > MOE_SCORE_SQRTSOFTPLUS)
+        return BAD("cfg.score_function = %d; expected MOE_SCORE_SOFTMAX(0), SOFTMAX_PRE_TOPK(1), SIGMOID(2) or SQRTSOFTPLUS(3)",
+                   c.score_function);
+    if (c.score_function == MOE_SCORE_SOFTMAX && c.top_k == 1)
+        return BAD("cfg.score_function = MOE_SCORE_SOFTMAX with top_k = 1 gives every probability 1; use "
+                   "MOE_SCORE_SOFTMAX_PRE_TOPK or a sigmoid score for top-1 routing");
+    if (c.num_groups < 0) return BAD("cfg.num_groups = %d; expected 0 (no grouping) or a divisor of num_experts", c.num_groups);
+    if (c.num_groups > 0) {
+        if (c.num_experts % c.num_groups != 0)
+            return BAD("cfg.num_experts = %d is not divisible by cfg.num_groups = %d", c.num_experts, c.num_groups);
+        if (c.group_topk <= 0 || c.group_topk > c.num_groups)
+            return BAD("cfg.group_topk = %d; expected 1 <= group_topk <= num_groups (%d)", c.group_topk, c.num_groups);
+        if ((int64_t)c.top_k > (int64_t)c.group_topk * (c.num_experts / c.num_groups))
+            return BAD("cfg.top_k = %d exceeds group_topk * experts per group = %d * %d", c.top_k, c.group_topk,
+                       c.num_experts / c.num_groups);
+        if (c.top_k / c.group_topk < 1)
+            return BAD("cfg.top_k = %d < cfg.group_topk = %d: a group's score sums top-(top_k / group_topk) = 0 keys",
+                       c.top_k, c.group_topk);
+    } else if (c.group_topk != 0) {
+        return BAD("cfg.group_topk = %d without cfg.num_groups; set num_groups too", c.group_topk);
+    }
+    if (!isfinite(c.scaling_factor) || c.scaling_factor < 0)
+        return BAD("cfg.scaling_factor = %g; expected a finite value > 0 (0 = 1.0)", (double)c.scaling_factor);
+    if (c.scaling_factor == 0) c.scaling_factor = 1.0f;
+    if (c.expert_bias != 0 && c.expert_bias != 1) return BAD("cfg.expert_bias = %d; expected 0 or 1", c.expert_bias);
+    if (c.expert_bias && c.score_function != MOE_SCORE_SIGMOID && c.score_function != MOE_SCORE_SQRTSOFTPLUS)
+        return BAD("cfg.expert_bias = 1 needs cfg.score_function = MOE_SCORE_SIGMOID or MOE_SCORE_SQRTSOFTPLUS");
+    if (!isfinite(c.bias_update_rate) || c.bias_update_rate < 0)
+        return BAD("cfg.bias_update_rate = %g; expected a finite value >= 0 (0 = 1e-3)", (double)c.bias_update_rate);
+    if (c.bias_update_rate == 0) c.bias_update_rate = 1e-3f;
+    if (c.aux_loss_type < MOE_AUX_NONE || c.aux_loss_type > MOE_AUX_GLOBAL)
+        return BAD("cfg.aux_loss_type = %d; expected MOE_AUX_NONE(0), SWITCH(1), SEQUENCE(2) or GLOBAL(3)", c.aux_loss_type);
+    if (!isfinite(c.aux_loss_coeff) || c.aux_loss_coeff < 0)
+        return BAD("cfg.aux_loss_coeff = %g; expected a finite value >= 0", (double)c.aux_loss_coeff);
+    if (c.aux_loss_type == MOE_AUX_SEQUENCE && c.seq_length <= 0)
+        return BAD("cfg.seq_length = %lld; MOE_AUX_SEQUENCE needs the sequence length (> 0)", (long long)c.seq_length);
+    if (c.aux_loss_type != MOE_AUX_SEQUENCE && c.seq_length < 0)
+        return BAD("cfg.seq_length = %lld; expected >= 0", (long long)c.seq_length);
+    if (!isfinite(c.z_loss_coeff) || c.z_loss_coeff < 0)
+        return BAD("cfg.z_loss_coeff = %g; expected a finite value >= 0", (double)c.z_loss_coeff);
+    if (!isfinite(c.capacity_factor) || c.capacity_factor < 0)
+        return BAD("cfg.capacity_factor = %g; expected 0 (dropless) or a finite value > 0", (double)c.capacity_factor);
+    if (c.drop_policy != MOE_DROP_PROBS && c.drop_policy != MOE_DROP_POSITION)
+        return BAD("cfg.drop_policy = %d; expected MOE_DROP_PROBS(0) or MOE_DROP_POSITION(1)", c.drop_policy);
+    if (c.pad_to_capacity != 0 && c.pad_to_capacity != 1)
+        return BAD("cfg.pad_to_capacity = %d; expected 0 or 1", c.pad_to_capacity);
+    if (c.pad_to_capacity && c.capacity_factor == 0)
+        return BAD("cfg.pad_to_capacity = 1 needs cfg.capacity_factor > 0 (dropless routing has no capacity to pad to)");
+    if (c.shared_ffn_hidden_size < 0 || c.shared_ffn_hidden_size > dim_max)
+        return BAD("cfg.shared_ffn_hidden_size = %lld; expected 0 (none) .. %lld", (long long)c.shared_ffn_hidden_size,
+                   (long long)dim_max);
+    if (c.shared_gate != 0 && c.shared_gate != 1) return BAD("cfg.shared_gate = %d; expected 0 or 1", c.shared_gate);
+    if (c.shared_gate && c.shared_ffn_hidden_size == 0)
+        return BAD("cfg.shared_gate = 1 needs a shared expert (cfg.shared_ffn_hidden_size > 0)");
+    if (c.param_dtype != MOE_DTYPE_FP32 && c.param_dtype != MOE_DTYPE_BF16 && c.param_dtype != MOE_DTYPE_FP64)
+        return BAD("cfg.param_dtype = %d; expected MOE_DTYPE_FP32(0), BF16(1) or FP64(2)", c.param_dtype);
+    if (c.nonfinite_policy != MOE_NONFINITE_REJECT && c.nonfinite_policy != MOE_NONFINITE_PROPAGATE)
+        return BAD("cfg.nonfinite_policy = %d; expected MOE_NONFINITE_REJECT(0) or PROPAGATE(1)", c.nonfinite_policy);
+
+    L->cfg = c;
+    L->dtype = c.param_dtype;
+    L->ops = c.param_dtype == MOE_DTYPE_FP64 ? &moe_cpu_ops_f64 : &moe_cpu_ops_f32;
+    L->gated = c.activation == MOE_ACT_SWIGLU || c.activation == MOE_ACT_GEGLU;
+    L->H = c.hidden_size;
+    L->F = c.ffn_hidden_size;
+    L->F1 = L->gated ? 2 * L->F : L->F;
+    L->Fs = c.shared_ffn_hidden_size;
+    L->Fs1 = L->gated ? 2 * L->Fs : L->Fs;
+    L->S = c.seq_length;
+    L->E = c.num_experts;
+    L->K = c.top_k;
+    L->capacity_factor = c.capacity_factor > 0 ? float_as_decimal(c.capacity_factor) : 0.0;
+    L->route.num_experts = c.num_experts;
+    L->route.top_k = c.top_k;
+    L->route.score_function = c.score_function;
+    L->route.num_groups = c.num_groups;
+    L->route.group_topk = c.group_topk;
+    L->route.scaling_factor = float_as_decimal(c.scaling_factor);
+    return MOE_OK;
+}

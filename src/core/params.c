@@ -1,0 +1,175 @@
+/*
+ * Parameter and gradient storage: slot shapes, allocation, deterministic initialisation,
+ * compute-dtype caches of bf16 weights, and the layer's reference count.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/layer.h"
+
+int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
+{
+    if (b->p && b->bytes >= bytes && b->category == category) return MOE_OK;
+    moe_buf_release(ctx, b);
+    void *p = moe_mem_alloc(ctx, bytes, category);
+    if (!p) return MOE_ERR_OUT_OF_MEMORY;
+    b->p = p;
+    b->bytes = bytes;
+    b->category = category;
+    return MOE_OK;
+}
+
+void moe_buf_release(moe_context *ctx, moe_buf *b)
+{
+    if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
+    b->p = NULL;
+    b->bytes = 0;
+}
+
+static size_t dtype_size(int32_t dtype)
+{
+    return dtype == MOE_DTYPE_FP64 ? 8 : dtype == MOE_DTYPE_BF16 ? 2 : 4;
+}
+
+static void set_slot(moe_slot_info *s, int32_t dtype, int32_t grad_dtype, int32_t has_grad, int ndim, int64_t d0,
+                     int64_t d1, int64_t d2)
+{
+    s->present = 1;
+    s->ndim = ndim;
+    s->shape[0] = d0;
+    s->shape[1] = d1;
+    s->shape[2] = d2;
+    s->numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    s->dtype = dtype;
+    s->grad_dtype = grad_dtype;
+    s->has_grad = has_grad;
+}
+
+int32_t moe_layer_alloc_params(moe_layer *L)
+{
+    int32_t cdt = L->ops->dtype; /* router, bias and every gradient live in the compute dtype */
+    memset(L->slot, 0, sizeof L->slot);
+    set_slot(&L->slot[MOE_PARAM_ROUTER_WEIGHT], cdt, cdt, 1, 2, L->E, L->H, 0);
+    set_slot(&L->slot[MOE_PARAM_EXPERT_FC1], L->dtype, cdt, 1, 3, L->E, L->F1, L->H);
+    set_slot(&L->slot[MOE_PARAM_EXPERT_FC2], L->dtype, cdt, 1, 3, L->E, L->H, L->F);
+    if (L->Fs > 0) {
+        set_slot(&L->slot[MOE_PARAM_SHARED_FC1], L->dtype, cdt, 1, 2, L->Fs1, L->H, 0);
+        set_slot(&L->slot[MOE_PARAM_SHARED_FC2], L->dtype, cdt, 1, 2, L->H, L->Fs, 0);
+        if (L->cfg.shared_gate) set_slot(&L->slot[MOE_PARAM_SHARED_GATE], L->dtype, cdt, 1, 1, L->H, 0, 0);
+    }
+    if (L->cfg.expert_bias) set_slot(&L->slot[MOE_PARAM_EXPERT_BIAS], cdt, cdt, 0, 1, L->E, 0, 0);
+
+    moe_context *ctx = L->ctx;
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
+        moe_slot_info *si = &L->slot[s];
+        if (!si->present) continue;
+        size_t bytes;
+        if (!moe_size_mul((size_t)si->numel, dtype_size(si->dtype), &bytes) ||
+            moe_buf_reserve(ctx, &L->param[s], bytes, MOE_MEM_WEIGHTS))
+            return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "parameter slot %d (%lld elements) could not be allocated", s,
+                              (long long)si->numel);
+        memset(L->param[s].p, 0, bytes);
+        if (si->has_grad) {
+            size_t gbytes = (size_t)si->numel * dtype_size(si->grad_dtype);
+            if (moe_buf_reserve(ctx, &L->grad[s], gbytes, MOE_MEM_GRADS))
+                return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "gradient slot %d could not be allocated", s);
+            memset(L->grad[s].p, 0, gbytes);
+        }
+        if (si->dtype == MOE_DTYPE_BF16) {
+            size_t cbytes = (size_t)si->numel * L->ops->elem_size;
+            if (moe_buf_reserve(ctx, &L->wcache[s], cbytes, MOE_MEM_WORKSPACE))
+                return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "weight cache of slot %d could not be allocated", s);
+        }
+    }
+    L->bias_counts = moe_mem_alloc(ctx, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
+    L->global_counts = moe_mem_alloc(ctx, sizeof(double) * (size_t)L->E, MOE_MEM_WORKSPACE);
+    if (!L->bias_counts || !L->global_counts) return MOE_ERR_OUT_OF_MEMORY;
+    memset(L->bias_counts, 0, sizeof(int64_t) * (size_t)L->E);
+    memset(L->global_counts, 0, sizeof(double) * (size_t)L->E);
+    return MOE_OK;
+}
+
+void moe_layer_free_params(moe_layer *L)
+{
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
+        moe_buf_release(L->ctx, &L->param[s]);
+        moe_buf_release(L->ctx, &L->grad[s]);
+        moe_buf_release(L->ctx, &L->wcache[s]);
+    }
+    if (L->bias_counts) moe_mem_free(L->ctx, L->bias_counts, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
+    if (L->global_counts) moe_mem_free(L->ctx, L->global_counts, sizeof(double) * (size_t)L->E, MOE_MEM_WORKSPACE);
+    L->bias_counts = NULL;
+    L->global_counts = NULL;
+}
+
+/* Counter-based uniform in [-1, 1): the value depends only on (seed, slot, index), so the
+ * initialisation is the same for every thread count and every chunking. */
+static double init_uniform(uint64_t seed, int32_t slot, uint64_t i)
+{
+    uint64_t z = seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(slot + 1)) ^ (i * 0xD1B54A32D192ED03ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
+{
+    moe_exec ex = moe_context_exec(L->ctx, NULL);
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
+        moe_slot_info *si = &L->slot[s];
+        if (!si->present) continue;
+        if (s == MOE_PARAM_EXPERT_BIAS) {
+            memset(L->param[s].p, 0, (size_t)si->numel * dtype_size(si->dtype));
+            continue;
+        }
+        int64_t fan_in = (s == MOE_PARAM_EXPERT_FC2) ? L->F : (s == MOE_PARAM_SHARED_FC2) ? L->Fs : L->H;
+        double bound = 1.0 / sqrt((double)fan_in);
+        int64_t n = si->numel;
+        if (si->dtype == MOE_DTYPE_FP64) {
+            double *w = L->param[s].p;
+            for (int64_t i = 0; i < n; i++) w[i] = bound * init_uniform(seed, s, (uint64_t)i);
+        } else if (si->dtype == MOE_DTYPE_FP32) {
+            float *w = L->param[s].p;
+            for (int64_t i = 0; i < n; i++) w[i] = (float)(bound * init_uniform(seed, s, (uint64_t)i));
+        } else { /* bf16: draw in fp32 chunks, round to bf16 */
+            float chunk[1024];
+            uint16_t *w = L->param[s].p;
+            for (int64_t i0 = 0; i0 < n; i0 += 1024) {
+                int64_t m = n - i0 < 1024 ? n - i0 : 1024;
+                for (int64_t i = 0; i < m; i++) chunk[i] = (float)(bound * init_uniform(seed, s, (uint64_t)(i0 + i)));
+                int32_t st = moe_cpu_ops_f32.convert(&ex, m, chunk, MOE_DTYPE_FP32, w + i0, MOE_DTYPE_BF16);
+                if (st) return moe_errorf(L->ctx, st, "bf16 conversion failed during initialisation");
+            }
+        }
+    }
+    return MOE_OK;
+}
+
+const void *moe_layer_weight(const moe_layer *L, int32_t slot)
+{
+    return L->slot[slot].dtype == MOE_DTYPE_BF16 ? L->wcache[slot].p : L->param[slot].p;
+}
+
+int32_t moe_layer_refresh_wcache(moe_layer *L)
+{
+    moe_exec ex = moe_context_exec(L->ctx, NULL);
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
+        if (!L->slot[s].present || L->slot[s].dtype != MOE_DTYPE_BF16) continue;
+        int32_t st = L->ops->convert(&ex, L->slot[s].numel, L->param[s].p, MOE_DTYPE_BF16, L->wcache[s].p, L->ops->dtype);
+        if (st) return moe_errorf(L->ctx, st, "converting bf16 parameter slot %d failed", s);
+    }
+    return MOE_OK;
+}
+
+void moe_layer_retain(moe_layer *L) { atomic_fetch_add(&L->refs, 1); }
+
+void moe_layer_release_ref(moe_layer *L)
+{
+    if (atomic_fetch_sub(&L->refs, 1) != 1) return;
+    moe_context *ctx = L->ctx;
+    moe_layer_free_params(L);
+    free(L);
+    moe_context_release_ref(ctx);
+}

@@ -1,0 +1,96 @@
+/*
+ * Every engine allocation: the host's allocator hook or the built-in caching pool, charged to a
+ * ledger category. The pool keeps recently freed blocks (exact rounded size) so that steps of the
+ * same shape reuse memory instead of going back to the system allocator each iteration.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+
+#define MOE_ALIGN 64
+#define MOE_POOL_MAX_BYTES ((size_t)1 << 30) /* cache at most 1 GiB of free blocks */
+
+int moe_size_mul(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static size_t round_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+static void charge(moe_context *ctx, int32_t category, int64_t delta)
+{
+    if (category < 0 || category >= MOE_MEM_NUM_CATEGORIES) category = MOE_MEM_WORKSPACE;
+    ctx->mem_current[category] += delta;
+    if (ctx->mem_current[category] > ctx->mem_peak[category]) ctx->mem_peak[category] = ctx->mem_current[category];
+    ctx->mem_total_current += delta;
+    if (ctx->mem_total_current > ctx->mem_total_peak) ctx->mem_total_peak = ctx->mem_total_current;
+    ctx->mem_live += delta > 0 ? 1 : -1;
+}
+
+void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
+{
+    if (bytes == 0) bytes = 1;
+    if (bytes > SIZE_MAX - 256) {
+        moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "allocation of %zu bytes is too large", bytes);
+        return NULL;
+    }
+    size_t sz = round_up(bytes);
+    void *p = NULL;
+    if (ctx->allocator.alloc) { /* the host's hook */
+        p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id, NULL);
+        if (!p) {
+            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "host allocator returned NULL for %zu bytes", sz);
+            return NULL;
+        }
+    } else {
+        for (int32_t i = ctx->pool_count - 1; i >= 0; i--) {
+            if (ctx->pool[i].bytes == sz) {
+                p = ctx->pool[i].ptr;
+                ctx->pool_bytes -= sz;
+                ctx->pool[i] = ctx->pool[--ctx->pool_count];
+                break;
+            }
+        }
+        if (!p) p = aligned_alloc(MOE_ALIGN, sz);
+        if (!p) {
+            moe_mem_trim(ctx); /* give cached blocks back and retry once */
+            p = aligned_alloc(MOE_ALIGN, sz);
+        }
+        if (!p) {
+            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes", sz);
+            return NULL;
+        }
+    }
+    charge(ctx, category, (int64_t)sz);
+    return p;
+}
+
+void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
+{
+    if (!ptr) return;
+    if (bytes == 0) bytes = 1;
+    size_t sz = round_up(bytes);
+    charge(ctx, category, -(int64_t)sz);
+    if (ctx->allocator.free) { /* alloc and free are set together (checked at context creation) */
+        ctx->allocator.free(ctx->allocator.user_data, ptr, sz, ctx->device_type, ctx->device_id, NULL);
+        return;
+    }
+    if (ctx->pool_count < MOE_POOL_SLOTS && ctx->pool_bytes + sz <= MOE_POOL_MAX_BYTES) {
+        ctx->pool[ctx->pool_count].ptr = ptr;
+        ctx->pool[ctx->pool_count].bytes = sz;
+        ctx->pool_count++;
+        ctx->pool_bytes += sz;
+        return;
+    }
+    free(ptr);
+}
+
+void moe_mem_trim(moe_context *ctx)
+{
+    for (int32_t i = 0; i < ctx->pool_count; i++) free(ctx->pool[i].ptr);
+    ctx->pool_count = 0;
+    ctx->pool_bytes = 0;
+}
