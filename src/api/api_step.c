@@ -217,8 +217,10 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
         moe_gather_strided(counts, 8, n);
         for (int32_t i = 0; i < E; i++)
             if (n[i] < 0) {
+                long long bad = (long long)n[i];
                 free(n);
-                return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative", i, (long long)n[i]);
+                return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative; expected token counts >= 0",
+                                  i, bad);
             }
     } else {
         memcpy(n, layer->bias_counts, sizeof(int64_t) * (size_t)E);
