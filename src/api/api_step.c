@@ -228,7 +228,7 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
     /* b_i += u * sign(mean(n) - n_i), compared exactly: mean(n) - n_i has the sign of sum(n) - E*n_i */
     int64_t total = 0;
     for (int32_t i = 0; i < E; i++) total += n[i];
-    double u = (double)layer->cfg.bias_update_rate;
+    double u = layer->bias_update_rate;
     for (int32_t i = 0; i < E; i++) {
         int64_t diff = total - (int64_t)E * n[i];
         double step = diff > 0 ? u : diff < 0 ? -u : 0.0;

@@ -40,6 +40,7 @@ struct moe_layer {
     int64_t H, F, F1, Fs, Fs1, S;
     int32_t E, K;
     double capacity_factor; /* 0 = dropless */
+    double bias_update_rate; /* u, as the decimal the host wrote */
     moe_route_params route;
     int32_t grad_mode;
     moe_slot_info slot[MOE_PARAM_NUM_SLOTS];

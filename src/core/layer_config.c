@@ -103,6 +103,7 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     L->E = c.num_experts;
     L->K = c.top_k;
     L->capacity_factor = c.capacity_factor > 0 ? float_as_decimal(c.capacity_factor) : 0.0;
+    L->bias_update_rate = float_as_decimal(c.bias_update_rate);
     L->route.num_experts = c.num_experts;
     L->route.top_k = c.top_k;
     L->route.score_function = c.score_function;

@@ -1,0 +1,143 @@
+/*
+ * Element-wise helpers: storage-dtype conversion (fp32 / bf16 / fp64), finiteness check, axpy.
+ *
+ * bf16 is stored as uint16_t: the top half of an fp32. Rounding to bf16 is round-to-nearest-even;
+ * NaN stays a (quiet) NaN with its sign; overflow rounds to Inf like any IEEE narrowing. fp64 -> bf16
+ * rounds once (not fp64 -> fp32 -> bf16, which can round twice): it narrows to fp32 with
+ * round-to-odd, which is exact for a second rounding to any format at least 2 bits narrower.
+ * Bit casts go through memcpy (no aliasing UB); the compiler turns them into register moves.
+ */
+#include <float.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "moe.h"
+#include "backend/cpu/cpu_ops.h"
+
+/* Below this many elements, run on one thread. */
+#define PAR_MIN_ELEMS 65536
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN: keep it quiet */
+    /* RNE: add half an ulp of bf16 minus one, plus the lsb of the kept part (ties to even) */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+
+/* fp64 -> fp32 rounded to odd: truncate toward zero, and set the lsb if the result is inexact. */
+static inline float f64_to_f32_odd(double d)
+{
+    const float f = (float)d; /* RNE, may round up in magnitude (to Inf, too) */
+    if (d != d || (double)f == d) return f;
+    uint32_t u = f32_bits(f);
+    if (fabs((double)f) > fabs(d)) u -= 1; /* back toward zero: Inf -> FLT_MAX, never crosses 0 */
+    return bits_f32(u | 1u);
+}
+
+static inline uint16_t f64_to_bf16(double d) { return f32_to_bf16(f64_to_f32_odd(d)); }
+
+/* Converts src[n] (src_dtype) into dst[n] (dst_dtype): MOE_DTYPE_FP32 / BF16 / FP64. */
+int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
+                           int32_t dst_dtype)
+{
+    static const size_t size_of[3] = {4, 2, 8}; /* indexed by MOE_DTYPE_* */
+    if (ex == NULL || n < 0 || src_dtype < MOE_DTYPE_FP32 || src_dtype > MOE_DTYPE_FP64 ||
+        dst_dtype < MOE_DTYPE_FP32 || dst_dtype > MOE_DTYPE_FP64)
+        return MOE_ERR_INVALID_ARGUMENT;
+    if (n == 0) return MOE_OK;
+    if (src == NULL || dst == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    if (src_dtype == dst_dtype) {
+        if (src != dst) memmove(dst, src, (size_t)n * size_of[src_dtype]);
+        return MOE_OK;
+    }
+    const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n >= PAR_MIN_ELEMS;
+    const float *sf = (const float *)src;
+    const double *sd = (const double *)src;
+    const uint16_t *sb = (const uint16_t *)src;
+    float *df = (float *)dst;
+    double *dd = (double *)dst;
+    uint16_t *db = (uint16_t *)dst;
+    /* one loop per (src, dst) pair keeps each loop simple enough to vectorise */
+    switch (src_dtype * 3 + dst_dtype) {
+    case MOE_DTYPE_FP32 * 3 + MOE_DTYPE_BF16:
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) db[i] = f32_to_bf16(sf[i]);
+        break;
+    case MOE_DTYPE_FP32 * 3 + MOE_DTYPE_FP64:
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) dd[i] = (double)sf[i];
+        break;
+    case MOE_DTYPE_BF16 * 3 + MOE_DTYPE_FP32:
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) df[i] = bf16_to_f32(sb[i]);
+        break;
+    case MOE_DTYPE_BF16 * 3 + MOE_DTYPE_FP64:
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) dd[i] = (double)bf16_to_f32(sb[i]);
+        break;
+    case MOE_DTYPE_FP64 * 3 + MOE_DTYPE_FP32:
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) df[i] = (float)sd[i];
+        break;
+    default: /* FP64 -> BF16 */
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) db[i] = f64_to_bf16(sd[i]);
+        break;
+    }
+    return MOE_OK;
+}
+
+/* *all_finite = 1 if every x[i] (real) is neither Inf nor NaN. */
+int32_t MOE_R(cpu_check_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t *all_finite)
+{
+    if (ex == NULL || n < 0 || all_finite == NULL || (n > 0 && x == NULL)) return MOE_ERR_INVALID_ARGUMENT;
+#if defined(MOE_REAL_F64) && MOE_REAL_F64
+    const real big = DBL_MAX;
+#else
+    const real big = FLT_MAX;
+#endif
+    const real *X = (const real *)x;
+    const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n >= PAR_MIN_ELEMS;
+    int bad = 0;
+    /* !(|x| <= max) is true exactly for Inf and NaN; a branch-free OR lets the loop vectorise */
+#pragma omp parallel for schedule(static) num_threads(nt) if (par) reduction(| : bad)
+    for (int64_t i = 0; i < n; i++) bad |= !(rfabs(X[i]) <= big);
+    *all_finite = bad ? 0 : 1;
+    return MOE_OK;
+}
+
+/* y[n] = alpha * x (accumulate = 0) or y += alpha * x (accumulate = 1). */
+int32_t MOE_R(cpu_axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y)
+{
+    if (ex == NULL || n < 0 || (accumulate != 0 && accumulate != 1)) return MOE_ERR_INVALID_ARGUMENT;
+    if (n == 0) return MOE_OK;
+    if (x == NULL || y == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    const real *X = (const real *)x, a = (real)alpha;
+    real *Y = (real *)y;
+    const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n >= PAR_MIN_ELEMS;
+    if (accumulate) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) Y[i] += a * X[i];
+    } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t i = 0; i < n; i++) Y[i] = a * X[i];
+    }
+    return MOE_OK;
+}
