@@ -148,6 +148,9 @@ MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t g
     int32_t dt = grad ? si->grad_dtype : si->dtype;
     st = moe_check_tensor_strided(ctx, dst, "dst", si->ndim, si->shape, dt, -1);
     if (st) return st;
+    for (int32_t d = 0; dst->strides && d < dst->ndim; d++)
+        if (dst->strides[d] == 0 && dst->shape[d] > 1)
+            return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "dst.strides[%d] = 0: elements of dst would overlap", d);
     size_t elem = dt == MOE_DTYPE_FP64 ? 8 : dt == MOE_DTYPE_BF16 ? 2 : 4;
     moe_scatter_strided(grad ? layer->grad[slot].p : layer->param[slot].p, elem, dst);
     return MOE_OK;

@@ -53,6 +53,31 @@ MOE_API void moe_step_destroy(moe_step *step)
     moe_layer_release_ref(layer);
 }
 
+/* 1 if the n elements at p (MOE_DTYPE_* dtype) are all finite: an exponent field of all ones is Inf/NaN. */
+static int all_finite(const void *p, int64_t n, int32_t dtype)
+{
+    int bad = 0;
+    if (dtype == MOE_DTYPE_FP64) {
+        const unsigned char *b = p;
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t u;
+            memcpy(&u, b + 8 * i, 8);
+            bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+        }
+    } else if (dtype == MOE_DTYPE_BF16) {
+        const uint16_t *u = p;
+        for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7F80u) == 0x7F80u;
+    } else {
+        const unsigned char *b = p;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, b + 4 * i, 4);
+            bad |= (u & 0x7F800000u) == 0x7F800000u;
+        }
+    }
+    return !bad;
+}
+
 static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
@@ -67,6 +92,9 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     int32_t st = check_pair(layer, step, "moe_layer_forward");
     if (st) return st;
     moe_context *ctx = layer->ctx;
+    if (step->state == MOE_STEP_STATE_DATA_GRAD)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_layer_forward: step has a pending moe_layer_backward_weights; run it "
+                          "(or destroy the step) before reusing the step");
     int64_t xs[2] = {-1, layer->H};
     st = moe_check_tensor(ctx, x, "x", 2, xs, layer->dtype);
     if (st) return st;
@@ -79,6 +107,9 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     if (layer->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T % layer->S != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
+    /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT && !all_finite(moe_tensor_data(x), T * layer->H, layer->dtype))
+        return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
     return moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), stream);
 }
 

@@ -11,12 +11,14 @@ typedef struct moe_config_head {
 
 int32_t moe_config_copy(moe_context *ctx, const char *name, const void *src, size_t ours, size_t min_size, void *dst)
 {
-    if (!src) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s is NULL; expected a config from %s_init()", name, name);
+    if (!src) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "cfg is NULL; expected a %s from %s_init()", name, name);
+    /* struct_size first: the rest of the header is only read once we know the host's struct holds it */
     moe_config_head head;
-    memcpy(&head, src, sizeof head);
+    memcpy(&head.struct_size, src, sizeof head.struct_size);
     if (head.struct_size < min_size)
         return moe_errorf(ctx, MOE_ERR_VERSION, "%s.struct_size = %u is smaller than %zu, the smallest this engine understands; "
                           "call %s_init(&cfg, sizeof cfg)", name, head.struct_size, min_size, name);
+    memcpy(&head, src, sizeof head);
     if (head.api_version == 0 || head.api_version / 10000 != MOE_VERSION_MAJOR)
         return moe_errorf(ctx, MOE_ERR_VERSION, "%s.api_version = %u: expected major version %d (MOE_API_VERSION = %d); "
                           "call %s_init(&cfg, sizeof cfg)", name, head.api_version, MOE_VERSION_MAJOR, MOE_API_VERSION, name);

@@ -107,11 +107,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     /* the input in the compute dtype, kept for backward (the host's x is only borrowed) */
     if (L->dtype == cdt) memcpy(tp->xs.p, x, (size_t)(T * H) * es);
     else OP(convert, e, T * H, x, L->dtype, tp->xs.p, cdt);
-    if (L->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
-        int32_t finite = 1;
-        OP(check_finite, e, T * H, tp->xs.p, &finite);
-        if (!finite) return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
-    }
+    /* NaN/Inf in x were rejected by moe_layer_forward before the tape was touched */
     TRY(moe_layer_refresh_wcache(L));
 
     /* ---- router: logits [T,E] = x W_r^T, then selection and probabilities ---- */

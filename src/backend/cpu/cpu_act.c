@@ -3,10 +3,11 @@
  * silu (z row = [F]), forward h = p * act(z) and backward.
  *
  * GELU is the exact erf form 0.5 x (1 + erf(x / sqrt 2)) (PyTorch's default F.gelu), not the tanh
- * approximation. ReLU'(0) = 0, as in PyTorch. Rows are independent: OpenMP over rows; the
- * per-element work is branch-free so the inner loops can vectorise.
+ * approximation. ReLU'(0) = 0, as in PyTorch. Rows are independent: OpenMP over rows. In fp32
+ * the silu/swiglu/relu loops vectorise (own exp, integer selects); gelu/geglu call libm's erff.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
@@ -17,93 +18,145 @@
 #define INV_SQRT2 RX(0.70710678118654752440)
 #define INV_SQRT_2PI RX(0.39894228040143267794)
 
-/* sigma(x) without overflow: exp of a non-positive argument only. */
-static inline real sigmoid(real x)
+#if defined(MOE_REAL_F64) && MOE_REAL_F64
+/* fp64 is the reference precision: libm's exp, plain selects. */
+static inline double sigmoid(double x) /* without overflow: exp of a non-positive argument only */
 {
-    const real e = rexp(-rfabs(x));
-    const real inv = RX(1.0) / (RX(1.0) + e);
-    return x >= RX(0.0) ? inv : e * inv;
+    const double e = exp(-fabs(x)), inv = 1.0 / (1.0 + e);
+    return x >= 0.0 ? inv : e * inv;
+}
+
+static inline double relu(double x) { return x > 0.0 ? x : 0.0; }
+
+static inline double relu_grad(double x) { return x > 0.0 ? 1.0 : 0.0; }
+#else
+/* fp32 is the fast path: everything below is plain arithmetic and integer selects, so the loops
+ * that use it vectorise (libm's expf is a call; a float compare in a select blocks GCC's
+ * if-conversion under the default -ftrapping-math; an integer compare does not). */
+static inline float bits_f(int32_t i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
+}
+
+static inline int32_t f_bits(float f)
+{
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}
+
+/* e^-|x|: -|x| = n ln2 + r, |r| <= ln2/2 (Cody-Waite split of ln2: n*LN2_HI is exact); e^r by its
+ * degree-7 Taylor polynomial (truncation < 1e-8 relative); 2^n from exponent bits in two halves so
+ * that n down to -150 underflows gracefully. |x| is clamped to 104 (e^-104 < the smallest
+ * subnormal). Max error 1.7 ulp; NaN gives a finite value, the callers multiply by x. */
+static inline float exp_neg_abs(float x)
+{
+    const float LOG2E = 1.44269504088896341f, LN2_HI = 0.693145751953125f, LN2_LO = 1.42860682030941723e-6f;
+    const float ROUND = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer (RNE) */
+    int32_t m = f_bits(x) & 0x7FFFFFFF;
+    m = m < 0x42D00000 ? m : 0x42D00000; /* min(|x|, 104.0f) on the bits */
+    const float a = -bits_f(m);
+    const float t = a * LOG2E + ROUND, nf = t - ROUND;
+    const int32_t n = f_bits(t) - 0x4B400000; /* the integer nf, from the bits of t */
+    const float r = (a - nf * LN2_HI) - nf * LN2_LO;
+    float q = 1.0f / 5040;
+    q = 1.0f / 720 + r * q;
+    q = 1.0f / 120 + r * q;
+    q = 1.0f / 24 + r * q;
+    q = 1.0f / 6 + r * q;
+    q = 0.5f + r * q;
+    q = 1.0f + r * q;
+    q = 1.0f + r * q;
+    const int32_t n1 = n >> 1, n2 = n - n1; /* each >= -75: 2^n1 and 2^n2 are normal floats */
+    return q * bits_f((n1 + 127) * (1 << 23)) * bits_f((n2 + 127) * (1 << 23));
+}
+
+static inline float sigmoid(float x) /* 1/(1+e^-|x|) for x >= 0, e^-|x|/(1+e^-|x|) for x < 0 */
+{
+    const float e = exp_neg_abs(x), inv = 1.0f / (1.0f + e);
+    const int32_t neg = f_bits(x) >> 31; /* all ones if the sign bit is set */
+    return bits_f((f_bits(inv) & ~neg) | (f_bits(e * inv) & neg));
+}
+
+/* all ones where x > 0, tested on the bits (true for +NaN too, so relu passes a NaN on); masks, not
+ * selects, or GCC sinks the multiply by relu' into a branch */
+static inline int32_t pos_mask(float x) { return -(int32_t)(f_bits(x) > 0); }
+
+static inline float relu(float x) { return bits_f(f_bits(x) & pos_mask(x)); }
+
+static inline float relu_grad(float x) { return bits_f(0x3F800000 & pos_mask(x)); } /* 1.0f or 0 */
+#endif
+
+static inline real silu(real x) { return x * sigmoid(x); }
+
+static inline real silu_grad(real x) /* d/dx x s(x) = s (1 + x (1 - s)) */
+{
+    const real s = sigmoid(x);
+    return s * (RX(1.0) + x * (RX(1.0) - s));
 }
 
 static inline real gelu_cdf(real x) { return RX(0.5) * (RX(1.0) + rerf(x * INV_SQRT2)); }
 
-/* act(x) and act'(x) of the elementwise part (for gated kinds: of the gate). */
-static inline real act_val(int kind, real x)
-{
-    switch (kind) {
-    case MOE_ACT_SWIGLU:
-    case MOE_ACT_SILU: return x * sigmoid(x);
-    case MOE_ACT_GEGLU:
-    case MOE_ACT_GELU: return x * gelu_cdf(x);
-    default: return x > RX(0.0) ? x : RX(0.0); /* relu */
-    }
-}
+static inline real gelu(real x) { return x * gelu_cdf(x); }
 
-static inline real act_grad(int kind, real x)
+static inline real gelu_grad(real x) /* d/dx x Phi(x) = Phi(x) + x phi(x) */
 {
-    switch (kind) {
-    case MOE_ACT_SWIGLU:
-    case MOE_ACT_SILU: { /* d/dx x s(x) = s (1 + x (1 - s)) */
-        const real s = sigmoid(x);
-        return s * (RX(1.0) + x * (RX(1.0) - s));
-    }
-    case MOE_ACT_GEGLU:
-    case MOE_ACT_GELU: /* d/dx x Phi(x) = Phi(x) + x phi(x) */
-        return gelu_cdf(x) + x * INV_SQRT_2PI * rexp(RX(-0.5) * x * x);
-    default: return x > RX(0.0) ? RX(1.0) : RX(0.0);
-    }
+    return gelu_cdf(x) + x * INV_SQRT_2PI * rexp(RX(-0.5) * x * x);
 }
 
 static int is_gated(int32_t kind) { return kind == MOE_ACT_SWIGLU || kind == MOE_ACT_GEGLU; }
 
 static int valid_kind(int32_t kind) { return kind >= MOE_ACT_SWIGLU && kind <= MOE_ACT_SILU; }
 
-/* The row loops are written once per kind (switch hoisted out of the loops via inlining of a
- * constant `kind`), so each inner loop has no per-element dispatch. */
-static inline void fwd_row(int kind, int64_t F, const real *z, real p, real *h)
+/* One loop per kind (the switch is per row, never per element).
+ * Gated: z row [2F] = [gate g | up u], h = p * act(g) * u. Plain: z row [F], h = p * act(z). */
+#define GATED_FWD(ACT) for (int64_t f = 0; f < F; f++) h[f] = p * (ACT(z[f]) * z[F + f])
+#define PLAIN_FWD(ACT) for (int64_t f = 0; f < F; f++) h[f] = p * ACT(z[f])
+
+static void fwd_row(int32_t kind, int64_t F, const real *z, real p, real *h)
 {
-    if (is_gated(kind)) {
-        const real *g = z, *u = z + F; /* z [2F] = [gate | up] */
-        for (int64_t f = 0; f < F; f++) h[f] = p * (act_val(kind, g[f]) * u[f]);
-    } else {
-        for (int64_t f = 0; f < F; f++) h[f] = p * act_val(kind, z[f]);
+    switch (kind) {
+    case MOE_ACT_SWIGLU: GATED_FWD(silu); break;
+    case MOE_ACT_GEGLU: GATED_FWD(gelu); break;
+    case MOE_ACT_GELU: PLAIN_FWD(gelu); break;
+    case MOE_ACT_RELU: PLAIN_FWD(relu); break;
+    default: PLAIN_FWD(silu); break;
     }
 }
 
-/* dz [F1] (=) and returns dp = sum_f act(z)_f dh_f (accumulated in double). */
-static inline double bwd_row(int kind, int64_t F, const real *z, real p, const real *dh, real *dz)
+/* Gated: a = act(g) u; dp = sum a dh; da = p dh; dg = act'(g) u da; du = act(g) da.
+ * Plain: dp = sum act(z) dh; dz = act'(z) p dh. dp is summed in double; the simd reduction order
+ * is fixed by the compiled code, so the result is deterministic. */
+#define GATED_BWD(ACT, GRAD)                                                                            \
+    _Pragma("omp simd reduction(+ : dp)") for (int64_t f = 0; f < F; f++)                              \
+    {                                                                                                   \
+        const real g = z[f], u = z[F + f], ag = ACT(g), da = p * dh[f];                                 \
+        dp += (double)(ag * u) * (double)dh[f];                                                         \
+        dz[f] = GRAD(g) * u * da;                                                                       \
+        dz[F + f] = ag * da;                                                                            \
+    }
+#define PLAIN_BWD(ACT, GRAD)                                                                            \
+    _Pragma("omp simd reduction(+ : dp)") for (int64_t f = 0; f < F; f++)                              \
+    {                                                                                                   \
+        dp += (double)ACT(z[f]) * (double)dh[f];                                                        \
+        dz[f] = GRAD(z[f]) * (p * dh[f]);                                                               \
+    }
+
+/* dz row [F1] (=); returns dp = sum_f act(z)_f dh_f. */
+static double bwd_row(int32_t kind, int64_t F, const real *z, real p, const real *dh, real *dz)
 {
     double dp = 0.0;
-    if (is_gated(kind)) {
-        const real *g = z, *u = z + F;
-        real *dg = dz, *du = dz + F;
-        for (int64_t f = 0; f < F; f++) {
-            const real ag = act_val(kind, g[f]), da = p * dh[f];
-            dp += (double)(ag * u[f]) * (double)dh[f];
-            dg[f] = act_grad(kind, g[f]) * u[f] * da; /* d(act(g) u)/dg */
-            du[f] = ag * da;                          /* d(act(g) u)/du */
-        }
-    } else {
-        for (int64_t f = 0; f < F; f++) {
-            dp += (double)act_val(kind, z[f]) * (double)dh[f];
-            dz[f] = act_grad(kind, z[f]) * (p * dh[f]);
-        }
+    switch (kind) {
+    case MOE_ACT_SWIGLU: GATED_BWD(silu, silu_grad) break;
+    case MOE_ACT_GEGLU: GATED_BWD(gelu, gelu_grad) break;
+    case MOE_ACT_GELU: PLAIN_BWD(gelu, gelu_grad) break;
+    case MOE_ACT_RELU: PLAIN_BWD(relu, relu_grad) break;
+    default: PLAIN_BWD(silu, silu_grad) break;
     }
     return dp;
 }
-
-/* Instantiates the row loop over all rows for one constant kind. */
-#define ACT_FWD_ROWS(KIND)                                                                             \
-    _Pragma("omp parallel for schedule(static) num_threads(nt) if (par)")                              \
-    for (int64_t r = 0; r < n; r++)                                                                    \
-        fwd_row(KIND, F, Z + r * F1, P ? P[r] : RX(1.0), H + r * F);
-
-#define ACT_BWD_ROWS(KIND)                                                                             \
-    _Pragma("omp parallel for schedule(static) num_threads(nt) if (par)")                              \
-    for (int64_t r = 0; r < n; r++) {                                                                  \
-        const double dpr = bwd_row(KIND, F, Z + r * F1, P ? P[r] : RX(1.0), DH + r * F, DZ + r * F1); \
-        if (DP) DP[r] = (real)dpr;                                                                     \
-    }
 
 /* z [n,F1], p [n] or NULL -> h [n,F] = p * act(z). F1 = 2F for swiglu/geglu, else F. */
 int32_t MOE_R(cpu_act_fwd)(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z,
@@ -116,13 +169,8 @@ int32_t MOE_R(cpu_act_fwd)(const moe_exec *ex, int32_t activation, int64_t n, in
     const real *Z = (const real *)z, *P = (const real *)p;
     real *H = (real *)h;
     const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n * F1 >= PAR_MIN_ELEMS;
-    switch (activation) {
-    case MOE_ACT_SWIGLU: ACT_FWD_ROWS(MOE_ACT_SWIGLU) break;
-    case MOE_ACT_GEGLU: ACT_FWD_ROWS(MOE_ACT_GEGLU) break;
-    case MOE_ACT_GELU: ACT_FWD_ROWS(MOE_ACT_GELU) break;
-    case MOE_ACT_RELU: ACT_FWD_ROWS(MOE_ACT_RELU) break;
-    default: ACT_FWD_ROWS(MOE_ACT_SILU) break;
-    }
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (int64_t r = 0; r < n; r++) fwd_row(activation, F, Z + r * F1, P ? P[r] : RX(1.0), H + r * F);
     return MOE_OK;
 }
 
@@ -142,12 +190,10 @@ int32_t MOE_R(cpu_act_bwd)(const moe_exec *ex, int32_t activation, int64_t n, in
     if (z == NULL || dh == NULL || dz == NULL) return MOE_ERR_INVALID_ARGUMENT;
     const int64_t F1 = is_gated(activation) ? 2 * F : F;
     const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n * F1 >= PAR_MIN_ELEMS;
-    switch (activation) {
-    case MOE_ACT_SWIGLU: ACT_BWD_ROWS(MOE_ACT_SWIGLU) break;
-    case MOE_ACT_GEGLU: ACT_BWD_ROWS(MOE_ACT_GEGLU) break;
-    case MOE_ACT_GELU: ACT_BWD_ROWS(MOE_ACT_GELU) break;
-    case MOE_ACT_RELU: ACT_BWD_ROWS(MOE_ACT_RELU) break;
-    default: ACT_BWD_ROWS(MOE_ACT_SILU) break;
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+    for (int64_t r = 0; r < n; r++) {
+        const double dpr = bwd_row(activation, F, Z + r * F1, P ? P[r] : RX(1.0), DH + r * F, DZ + r * F1);
+        if (DP) DP[r] = (real)dpr;
     }
     return MOE_OK;
 }
