@@ -13,5 +13,11 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/moeConfigVersion.cm
   COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/moeConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/moeConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/moe)
-configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/moe.pc.in ${CMAKE_CURRENT_BINARY_DIR}/moe.pc @ONLY)
+# moe.pc is written at install time so that its prefix is the one installed to (cmake --install --prefix).
+install(CODE "
+  set(PROJECT_VERSION \"${PROJECT_VERSION}\")
+  set(CMAKE_INSTALL_LIBDIR \"${CMAKE_INSTALL_LIBDIR}\")
+  set(CMAKE_INSTALL_INCLUDEDIR \"${CMAKE_INSTALL_INCLUDEDIR}\")
+  configure_file(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/moe.pc.in\" \"${CMAKE_CURRENT_BINARY_DIR}/moe.pc\" @ONLY)
+")
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/moe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

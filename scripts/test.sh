@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine (CI runs this through .ci/run):
+#   1. dependencies (scripts/setup-deps.sh)
+#   2. build/       Release, -Werror, CUDA detected (nvcc put on PATH): library, tests, examples,
+#                   benchmarks; then ctest (GPU-labelled tests only where a GPU is present)
+#   3. build-asan/  Debug with AddressSanitizer + UBSan, library and unit tests; ctest -L unit
+#   4. install test (tests/install/run.sh): the installed package as a host project meets it
+# Exits non-zero if any stage fails. MOE_JOBS overrides the build parallelism (default: cores).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+
+jobs=${MOE_JOBS:-$(nproc 2>/dev/null || echo 2)}
+if [[ -d /usr/local/cuda/bin ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+export CTEST_OUTPUT_ON_FAILURE=1
+
+t_start=$SECONDS
+t_section=$SECONDS
+results=()
+section() {
+  t_section=$SECONDS
+  printf '\n========================================================================\n'
+  printf '== %s\n' "$*"
+  printf '========================================================================\n'
+}
+done_section() { # name
+  results+=("$(printf '%-34s ok   %4ds' "$1" $((SECONDS - t_section)))")
+}
+summary() {
+  local rc=$?
+  printf '\n== summary (%ds)\n' $((SECONDS - t_start))
+  local r
+  for r in "${results[@]}"; do printf '   %s\n' "$r"; done
+  if ((rc != 0)); then printf '   FAILED (exit %d) in: %s\n' "$rc" "${current:-?}"; fi
+}
+trap summary EXIT
+
+# A GPU is present when the driver answers; GPU-labelled tests run only then.
+have_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then have_gpu=1; fi
+
+# ---------------------------------------------------------------- 1. dependencies
+current="dependencies"; section "$current"
+bash scripts/setup-deps.sh
+if command -v nvcc >/dev/null 2>&1; then nvcc --version | tail -n 1; else echo "nvcc: not found (CUDA backend not built)"; fi
+echo "GPU present: $have_gpu   build jobs: $jobs"
+done_section "$current"
+
+# ---------------------------------------------------------------- 2. main build + tests
+current="build (Release, -Werror)"; section "$current"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON
+cmake --build build -j "$jobs"
+done_section "$current"
+
+current="ctest (build/)"; section "$current"
+ctest_args=(--test-dir build --output-on-failure --no-tests=error)
+if ((have_gpu == 0)); then ctest_args+=(-LE gpu); fi
+ctest "${ctest_args[@]}"
+done_section "$current"
+
+# ---------------------------------------------------------------- 3. sanitizers
+current="build (ASan+UBSan, Debug)"; section "$current"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOE_SANITIZE=ON -DMOE_WERROR=ON \
+  -DMOE_CUDA=OFF -DMOE_BUILD_EXAMPLES=OFF
+cmake --build build-asan -j "$jobs"
+done_section "$current"
+
+current="ctest -L unit (build-asan/)"; section "$current"
+export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# Sanitized Debug code runs several times slower: stretch Check's per-test timeouts accordingly.
+export CK_TIMEOUT_MULTIPLIER="${CK_TIMEOUT_MULTIPLIER:-10}"
+if [[ -f "$root/tests/lsan.supp" ]]; then
+  # leaks inside third-party libraries only (OpenBLAS / libgomp thread pools)
+  export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
+fi
+ctest --test-dir build-asan --output-on-failure --no-tests=error -L unit
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS CK_TIMEOUT_MULTIPLIER
+done_section "$current"
+
+# ---------------------------------------------------------------- 4. install test
+current="install test"; section "$current"
+bash tests/install/run.sh build
+done_section "$current"
+
+current=""
+printf '\nscripts/test.sh: all stages passed\n'
