@@ -5,6 +5,7 @@
 #                   benchmarks; then ctest (GPU-labelled tests only where a GPU is present)
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and unit tests; ctest -L unit
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
+#   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline
 # Exits non-zero if any stage fails. MOE_JOBS overrides the build parallelism (default: cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -48,7 +49,8 @@ done_section "$current"
 
 # ---------------------------------------------------------------- 2. main build + tests
 current="build (Release, -Werror)"; section "$current"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON
+# -g: debug info for the ABI check (stage 5); it does not change the generated code
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON -DCMAKE_C_FLAGS=-g
 cmake --build build -j "$jobs"
 done_section "$current"
 
@@ -81,6 +83,11 @@ done_section "$current"
 # ---------------------------------------------------------------- 4. install test
 current="install test"; section "$current"
 bash tests/install/run.sh build
+done_section "$current"
+
+# ---------------------------------------------------------------- 5. ABI compatibility
+current="ABI check"; section "$current"
+bash scripts/abi-check.sh build
 done_section "$current"
 
 current=""
