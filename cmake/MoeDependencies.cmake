@@ -3,10 +3,19 @@ find_package(PkgConfig REQUIRED)
 # Debian's dlpack package reports a wrong version: ask without one.
 find_package(dlpack CONFIG REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS C)
-# CPU GEMMs: OpenBLAS (chosen by measurement, bench/RESULTS.md "CPU GEMM library").
+# CPU GEMMs (chosen by measurement, bench/RESULTS.md "CPU GEMM library" and "Engine GEMM path"):
+# oneDNN matmul for fp32 (and bf16 layers), OpenBLAS for the fp64 reference path (oneDNN has no f64).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# oneDNN's CMake package (Debian: libdnnl-dev) requires OpenCL, because Debian builds oneDNN with
+# the OCL GPU runtime; look for OpenCL first so that its absence says what to install instead of
+# failing inside dnnl-config.cmake. (The engine uses only oneDNN's CPU engine.)
+find_package(OpenCL QUIET)
+if(NOT OpenCL_FOUND)
+  message(FATAL_ERROR "oneDNN's CMake package needs OpenCL headers and loader (Debian: ocl-icd-opencl-dev)")
+endif()
+find_package(dnnl CONFIG REQUIRED)
 find_library(MOE_MATH_LIB m)
 
 add_library(moe_deps INTERFACE)
-target_link_libraries(moe_deps INTERFACE dlpack::dlpack OpenMP::OpenMP_C PkgConfig::OPENBLAS ${MOE_MATH_LIB})
-set(MOE_STATIC_LINK_LIBS OpenMP::OpenMP_C PkgConfig::OPENBLAS ${MOE_MATH_LIB})
+target_link_libraries(moe_deps INTERFACE dlpack::dlpack OpenMP::OpenMP_C DNNL::dnnl PkgConfig::OPENBLAS ${MOE_MATH_LIB})
+set(MOE_STATIC_LINK_LIBS OpenMP::OpenMP_C DNNL::dnnl PkgConfig::OPENBLAS ${MOE_MATH_LIB})

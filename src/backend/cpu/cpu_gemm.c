@@ -1,37 +1,66 @@
 /*
- * Dense and grouped GEMMs of the CPU backend, over OpenBLAS (row-major cblas_sgemm / cblas_dgemm).
+ * Dense and grouped GEMMs of the CPU backend.
  *
- * The grouped ops are the expert MLP's hot path: one BLAS call per non-empty expert, each with all
+ *   fp32 (MOE_REAL_F64 undefined, with MOE_HAVE_ONEDNN): oneDNN matmul (dnnl.h C API), on the same
+ *        OpenMP pool as the engine's own loops; measured ~1.5x Debian's OpenBLAS per expert GEMM and
+ *        1.3x on the layer's fwd+bwd (bench/RESULTS.md "CPU GEMM library", "Engine GEMM path").
+ *   fp64: OpenBLAS cblas_dgemm (oneDNN has no f64 matmul).
+ *
+ * The grouped ops are the expert MLP's hot path: one GEMM per non-empty expert, each with all
  * threads (per-expert GEMMs are large), reading A/C in place at the group's row offset (no copies).
- * OpenBLAS partitions a GEMM over M/N, never over K, so a fixed thread count gives bitwise-identical
- * results run to run.
+ *
+ * oneDNN specifics (fp32):
+ *  - Threads: oneDNN's OpenMP runtime uses omp_get_max_threads() of the calling thread, both when a
+ *    primitive is created (it plans its partition then) and when it runs. Each op sets it to
+ *    ex->num_threads for its duration and restores the caller's value before returning, on every path.
+ *  - Primitives are made for the exact shape of every call and not kept by us: oneDNN's own primitive
+ *    cache (process-wide, LRU, DNNL_PRIMITIVE_CACHE_CAPACITY entries, default 1024; its key includes
+ *    the shape, strides, attributes and thread count) makes a repeated shape cost a few microseconds,
+ *    a new one ~1 ms of JIT (dropless routing changes the experts' M every step: measured ~70 ms per
+ *    layer step while the cache warms up). A runtime-M/K primitive (DNNL_RUNTIME_DIM_VAL, one per
+ *    weight shape) would never miss, but oneDNN 2.6 runs it on its gemm:jit path instead of brgemm and
+ *    the layer's fwd+bwd took ~2x longer (bench/RESULTS.md "Engine GEMM path"). The engine and stream
+ *    are created per op call (under a microsecond on CPU), so this file keeps no state between calls
+ *    and frees everything it creates before returning.
+ *  - alpha is the matmul's output scale, beta a sum post-op with scale beta; beta = 0 has no post-op,
+ *    so C is written without being read (NaN included). alpha = 0 and k = 0 are C = beta * C, done
+ *    here without reading A and B, as for BLAS.
+ *  - Determinism: for a given shape and thread count oneDNN picks the same implementation and the same
+ *    static partition every time, so results are bitwise-identical run to run, whether the primitive
+ *    is new or from the cache (test_layer_semantics' bitwise_deterministic; bench/RESULTS.md).
+ *  - Every dnnl call is checked: a failure returns MOE_ERR_BACKEND (MOE_ERR_OUT_OF_MEMORY when oneDNN
+ *    reports that), after releasing what the call made.
+ * OpenBLAS (fp64) partitions a GEMM over M/N, never over K, so it is deterministic too.
  */
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cblas.h>
-
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
 
+#if defined(MOE_HAVE_ONEDNN) && MOE_HAVE_ONEDNN && !(defined(MOE_REAL_F64) && MOE_REAL_F64)
+#define MOE_GEMM_ONEDNN 1
+#else
+#define MOE_GEMM_ONEDNN 0
+#endif
+
+#if MOE_GEMM_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#else
+#include <cblas.h>
 #if defined(MOE_REAL_F64) && MOE_REAL_F64
 #define cblas_xgemm cblas_dgemm
 #else
 #define cblas_xgemm cblas_sgemm
 #endif
+#endif
 
-/* OpenBLAS keeps one global thread count; set it only when it changes (setting it is not free). */
-static void set_blas_threads(const moe_exec *ex)
-{
-    int nt = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
-    if (openblas_get_num_threads() != nt) openblas_set_num_threads(nt);
-}
-
-/* cblas takes int dimensions. */
+/* Dimensions stay int-sized on both paths (cblas takes int). */
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-/* C[m,n] (ldc) = beta * C, the k = 0 / empty-group case; beta = 0 writes zeros (NaN included). */
+/* C[m,n] (ldc) = beta * C, the k = 0 / alpha = 0 / empty-group case; beta = 0 writes zeros (NaN included). */
 static void scale_c(int64_t m, int64_t n, real beta, real *c, int64_t ldc)
 {
     for (int64_t i = 0; i < m; i++) {
@@ -43,16 +72,145 @@ static void scale_c(int64_t m, int64_t n, real beta, real *c, int64_t ldc)
     }
 }
 
-/* One row-major GEMM with validated int-sized arguments; m, n > 0. */
-static void gemm_rm(int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a, int64_t lda,
-                    const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+#if MOE_GEMM_ONEDNN
+/* ------------------------------------------------------------------------------- oneDNN (fp32) */
+
+/* What one op call needs: a CPU engine and stream, and the caller's OpenMP thread count to restore. */
+typedef struct gemm_ctx {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    int prev_threads, threads;
+} gemm_ctx;
+
+static int32_t dnnl_status_to_moe(dnnl_status_t st)
 {
-    if (k == 0) { /* BLAS implementations differ on k = 0; do it ourselves */
-        scale_c(m, n, beta, c, ldc);
-        return;
+    return st == dnnl_success ? MOE_OK : st == dnnl_out_of_memory ? MOE_ERR_OUT_OF_MEMORY : MOE_ERR_BACKEND;
+}
+
+/* Evaluates a dnnl call; on failure records the status in `rc` and jumps to `done`. */
+#define DNNL_TRY(call)                                                                                       \
+    do {                                                                                                     \
+        dnnl_status_t st_ = (call);                                                                          \
+        if (st_ != dnnl_success) {                                                                           \
+            rc = dnnl_status_to_moe(st_);                                                                    \
+            goto done;                                                                                       \
+        }                                                                                                    \
+    } while (0)
+
+static void ctx_end(gemm_ctx *cx)
+{
+    /* destroy calls on valid handles cannot fail in a way we could act on */
+    if (cx->stream != NULL) (void)dnnl_stream_destroy(cx->stream);
+    if (cx->eng != NULL) (void)dnnl_engine_destroy(cx->eng);
+    cx->stream = NULL, cx->eng = NULL;
+    if (cx->threads != cx->prev_threads) omp_set_num_threads(cx->prev_threads);
+}
+
+static int32_t ctx_begin(const moe_exec *ex, gemm_ctx *cx)
+{
+    int32_t rc = MOE_OK;
+    cx->eng = NULL, cx->stream = NULL;
+    cx->prev_threads = omp_get_max_threads();
+    cx->threads = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
+    if (cx->threads != cx->prev_threads) omp_set_num_threads(cx->threads);
+    DNNL_TRY(dnnl_engine_create(&cx->eng, dnnl_cpu, 0));
+    DNNL_TRY(dnnl_stream_create(&cx->stream, cx->eng, dnnl_stream_default_flags));
+done:
+    if (rc != MOE_OK) ctx_end(cx);
+    return rc;
+}
+
+/* Row-major [rows, cols] fp32 with leading dimension ld, or its transpose viewed through strides. */
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans)
+{
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+}
+
+/* C[m,n] (ldc) = alpha * op(A) op(B) + beta * C with oneDNN matmul: src = op(A) [m,k], weights =
+ * op(B) [k,n], dst = C; m, n, k > 0, alpha != 0, all int-sized. */
+static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
+                       int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+{
+    int32_t rc = MOE_OK;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_matmul_desc_t desc;
+
+    DNNL_TRY(md_2d(&a_md, m, k, lda, ta));
+    DNNL_TRY(md_2d(&b_md, k, n, ldb, tb));
+    DNNL_TRY(md_2d(&c_md, m, n, ldc, 0));
+    DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
+    DNNL_TRY(dnnl_primitive_attr_create(&attr));
+    if (alpha != RX(1.0)) DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
+    if (beta != RX(0.0)) {
+        DNNL_TRY(dnnl_post_ops_create(&po));
+        DNNL_TRY(dnnl_post_ops_append_sum(po, beta));
+        DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, po));
     }
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, &desc, attr, cx->eng, NULL));
+    DNNL_TRY(dnnl_primitive_create(&prim, pd)); /* from oneDNN's primitive cache when the shape repeats */
+    /* oneDNN only reads src and weights */
+    DNNL_TRY(dnnl_memory_create(&mem[0], &a_md, cx->eng, (void *)a));
+    DNNL_TRY(dnnl_memory_create(&mem[1], &b_md, cx->eng, (void *)b));
+    DNNL_TRY(dnnl_memory_create(&mem[2], &c_md, cx->eng, c));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
+    DNNL_TRY(dnnl_primitive_execute(prim, cx->stream, 3, args));
+    DNNL_TRY(dnnl_stream_wait(cx->stream));
+done:
+    for (int i = 0; i < 3; i++)
+        if (mem[i] != NULL) (void)dnnl_memory_destroy(mem[i]);
+    if (prim != NULL) (void)dnnl_primitive_destroy(prim);
+    if (pd != NULL) (void)dnnl_primitive_desc_destroy(pd);
+    if (po != NULL) (void)dnnl_post_ops_destroy(po);
+    if (attr != NULL) (void)dnnl_primitive_attr_destroy(attr);
+    return rc;
+}
+
+#else
+/* ------------------------------------------------------------------------------- OpenBLAS (fp64) */
+
+typedef struct gemm_ctx {
+    int unused;
+} gemm_ctx;
+
+/* OpenBLAS keeps one global thread count; set it only when it changes (setting it is not free). */
+static int32_t ctx_begin(const moe_exec *ex, gemm_ctx *cx)
+{
+    int nt = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
+    if (openblas_get_num_threads() != nt) openblas_set_num_threads(nt);
+    cx->unused = 0;
+    return MOE_OK;
+}
+
+static void ctx_end(gemm_ctx *cx) { (void)cx; }
+
+/* One row-major BLAS GEMM; m, n, k > 0, alpha != 0, all int-sized. */
+static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
+                       int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+{
+    (void)cx;
     cblas_xgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
                 (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return MOE_OK;
+}
+#endif
+
+/* One GEMM with validated int-sized arguments, m, n > 0. k = 0 and alpha = 0 give C = beta * C without
+ * touching A and B (BLAS implementations differ on k = 0; oneDNN would multiply NaN/Inf by 0). */
+static int32_t gemm_one(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
+                        int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+{
+    if (k == 0 || alpha == RX(0.0)) {
+        scale_c(m, n, beta, c, ldc);
+        return MOE_OK;
+    }
+    return gemm_rm(cx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* Checks that off[0..groups] is non-decreasing, starts at >= 0, and that every row count fits an int. */
@@ -77,10 +235,17 @@ int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, in
     if (ldc < n) return MOE_ERR_INVALID_ARGUMENT;
     if (k > 0 && (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n))) return MOE_ERR_INVALID_ARGUMENT;
     if (c == NULL || (k > 0 && (a == NULL || b == NULL))) return MOE_ERR_INVALID_ARGUMENT;
-    set_blas_threads(ex);
-    gemm_rm(trans_a, trans_b, m, n, k, (real)alpha, (const real *)a, lda, (const real *)b, ldb, (real)beta,
-            (real *)c, ldc);
-    return MOE_OK;
+    if (k == 0 || alpha == 0.0) { /* no library call: leave threads and libraries alone */
+        scale_c(m, n, (real)beta, (real *)c, ldc);
+        return MOE_OK;
+    }
+    gemm_ctx cx;
+    int32_t rc = ctx_begin(ex, &cx);
+    if (rc != MOE_OK) return rc;
+    rc = gemm_one(&cx, trans_a, trans_b, m, n, k, (real)alpha, (const real *)a, lda, (const real *)b, ldb,
+                  (real)beta, (real *)c, ldc);
+    ctx_end(&cx);
+    return rc;
 }
 
 /* Per group g (rows [off[g], off[g+1]) of a [R,k] and c [R,n]):
@@ -96,10 +261,12 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
     if (!valid_offsets(groups, off)) return MOE_ERR_INVALID_ARGUMENT;
     if (n == 0 || off[groups] == off[0]) return MOE_OK;
     if (c == NULL || (k > 0 && (a == NULL || b == NULL))) return MOE_ERR_INVALID_ARGUMENT;
-    set_blas_threads(ex);
     const real *A = (const real *)a, *B = (const real *)b;
     real *C = (real *)c;
-    for (int64_t g = 0; g < groups; g++) {
+    gemm_ctx cx;
+    int32_t rc = ctx_begin(ex, &cx);
+    if (rc != MOE_OK) return rc;
+    for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
         int64_t r0 = off[g], rows = off[g + 1] - off[g];
         if (rows == 0) continue;
         if (k == 0) { /* a and b may be NULL: no pointer arithmetic on them */
@@ -107,10 +274,11 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
             continue;
         }
         /* A_g [rows,k] at row r0, lda = k; C_g [rows,n] at row r0, ldc = n */
-        gemm_rm(0, trans_b, rows, n, k, (real)alpha, A + r0 * k, k, B + g * b_group_stride, trans_b ? k : n,
-                (real)beta, C + r0 * n, n);
+        rc = gemm_one(&cx, 0, trans_b, rows, n, k, (real)alpha, A + r0 * k, k, B + g * b_group_stride,
+                      trans_b ? k : n, (real)beta, C + r0 * n, n);
     }
-    return MOE_OK;
+    ctx_end(&cx);
+    return rc;
 }
 
 /* Per group g: C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a [R,m],
@@ -124,14 +292,18 @@ int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const
     if (groups == 0 || m == 0 || n == 0) return MOE_OK;
     if (!valid_offsets(groups, off) || c == NULL) return MOE_ERR_INVALID_ARGUMENT;
     if (off[groups] > off[0] && (a == NULL || b == NULL)) return MOE_ERR_INVALID_ARGUMENT;
-    set_blas_threads(ex);
     const real *A = (const real *)a, *B = (const real *)b;
     real *C = (real *)c;
-    for (int64_t g = 0; g < groups; g++) {
+    gemm_ctx cx;
+    int32_t rc = ctx_begin(ex, &cx);
+    if (rc != MOE_OK) return rc;
+    for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
         int64_t r0 = off[g], rows = off[g + 1] - off[g];
-        /* op(A) = A_g^T: A_g stored [rows,m] (lda = m); B_g [rows,n] (ldb = n); C_g [m,n] */
-        gemm_rm(1, 0, m, n, rows, (real)alpha, rows ? A + r0 * m : NULL, m, rows ? B + r0 * n : NULL, n,
-                (real)beta, C + g * c_group_stride, n);
+        /* op(A) = A_g^T: A_g stored [rows,m] (lda = m); B_g [rows,n] (ldb = n); C_g [m,n].
+         * rows = 0 is C_g = beta * C_g (gemm_one does not touch A and B then). */
+        rc = gemm_one(&cx, 1, 0, m, n, rows, (real)alpha, rows ? A + r0 * m : NULL, m, rows ? B + r0 * n : NULL, n,
+                      (real)beta, C + g * c_group_stride, n);
     }
-    return MOE_OK;
+    ctx_end(&cx);
+    return rc;
 }
