@@ -72,12 +72,15 @@ static void deliver(moe_context *ctx, int32_t level, const char *msg)
 int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
 {
     char *dst = ctx ? ctx->last_error : tls_error;
-    int n = snprintf(dst, MOE_ERROR_CAP, "%s: ", moe_status_name(status));
+    /* formatted into a local buffer first: the arguments may include the previous message */
+    char msg[MOE_ERROR_CAP];
+    int n = snprintf(msg, sizeof msg, "%s: ", moe_status_name(status));
     if (n < 0 || n >= MOE_ERROR_CAP) n = 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dst + n, MOE_ERROR_CAP - (size_t)n, fmt, ap);
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    memcpy(dst, msg, sizeof msg);
     if (ctx) memcpy(tls_error, ctx->last_error, MOE_ERROR_CAP); /* the fallback always has the latest */
     deliver(ctx, MOE_LOG_ERROR, dst);
     return status;

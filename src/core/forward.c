@@ -7,7 +7,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/layer.h"
+#include "comm/comm.h"
+#include "core/dispatcher.h"
 
 /* Capacity per expert (MATH.md §4); -1 = dropless. */
 static int64_t capacity_of(const moe_layer *L, int64_t T)
@@ -41,10 +42,6 @@ static int32_t reserve_forward(moe_layer *L, moe_step *step, int64_t T)
     TRY(moe_step_need(step, &tp->aux_counts, B * E, sizeof(int64_t)));
     TRY(moe_step_need(step, &tp->aux_sums, B * E, sizeof(double)));
     TRY(moe_step_need(step, &tp->aux_coef, B * E, sizeof(double)));
-    TRY(moe_step_need(step, &tp->z, rmax * L->F1, es));
-    int64_t hmax = rmax * L->F > T * L->Fs ? rmax * L->F : T * L->Fs;
-    TRY(moe_step_need(step, &tp->h, hmax, es));
-    TRY(moe_step_need(step, &tp->rows, rmax * (L->H > L->F1 ? L->H : L->F1), es));
     TRY(moe_step_need(step, &tp->tok, T * L->H, es));
     if (L->Fs > 0) {
         TRY(moe_step_need(step, &tp->zs, T * L->Fs1, es));
@@ -53,8 +50,25 @@ static int32_t reserve_forward(moe_layer *L, moe_step *step, int64_t T)
     return MOE_OK;
 }
 
+/* Switch / global aux losses count over the reduction group (aux_comm: ranks sharing the token set):
+ * the counts c and the token total T_tot are summed there, each rank keeps its local s^ sums, so the
+ * per-rank values add up to the group's loss (MATH.md §3). */
+static int32_t reduce_aux_counts(moe_layer *L, moe_step *step, double *T_tot)
+{
+    *T_tot = (double)step->T;
+    if (!L->aux_comm || L->cfg.aux_loss_type == MOE_AUX_SEQUENCE) return MOE_OK;
+    moe_comm *c = L->aux_comm;
+    int64_t *counts = step->tape.aux_counts.p;
+    int32_t st = c->ops->all_reduce(c, counts, L->E, MOE_DTYPE_INT64);
+    int64_t t = step->T;
+    if (!st) st = c->ops->all_reduce(c, &t, 1, MOE_DTYPE_INT64);
+    if (st) return moe_errorf(L->ctx, st, "aux-loss count reduction over aux_comm failed: %s", L->ctx->last_error);
+    *T_tot = (double)t;
+    return MOE_OK;
+}
+
 /* Aux-loss value and its gradient coefficients dL/ds^ (MATH.md §3). */
-static void aux_loss(moe_layer *L, moe_step *step, int64_t T)
+static void aux_loss(moe_layer *L, moe_step *step, int64_t T, double T_tot)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t *c = tp->aux_counts.p;
@@ -64,20 +78,25 @@ static void aux_loss(moe_layer *L, moe_step *step, int64_t T)
     int64_t B = step->B;
     double loss = 0;
     if (L->cfg.aux_loss_type == MOE_AUX_GLOBAL) {
-        /* running mean of the counts over this global batch's micro-batches */
+        /* running mean of the (group-summed) counts over this global batch's micro-batches */
         if (step->mode == MOE_STEP_TRAIN) {
             for (int32_t i = 0; i < L->E; i++) L->global_counts[i] += (double)c[i];
-            L->global_tokens += (double)T;
+            L->global_tokens += T_tot;
             L->global_microbatches += 1;
         }
         double nmb = L->global_microbatches > 0 ? (double)L->global_microbatches : 1.0;
-        double tbar = L->global_microbatches > 0 ? L->global_tokens / nmb : (double)T;
+        double tbar = L->global_microbatches > 0 ? L->global_tokens / nmb : T_tot;
         for (int32_t i = 0; i < L->E; i++) {
             double cbar = L->global_microbatches > 0 ? L->global_counts[i] / nmb : (double)c[i];
-            coef[i] = tbar > 0 ? alpha * E * cbar / (K * tbar * (double)T) : 0.0;
+            coef[i] = tbar > 0 && T_tot > 0 ? alpha * E * cbar / (K * tbar * T_tot) : 0.0;
             loss += coef[i] * sums[i];
         }
-    } else {
+    } else if (L->cfg.aux_loss_type == MOE_AUX_SWITCH) {
+        for (int32_t i = 0; i < L->E; i++) {
+            coef[i] = T_tot > 0 ? alpha * E * (double)c[i] / (K * T_tot * T_tot) : 0.0;
+            loss += coef[i] * sums[i];
+        }
+    } else { /* sequence: per sequence of S local tokens, averaged over the B sequences */
         double S = (double)T / (double)B;
         for (int64_t b = 0; b < B; b++)
             for (int32_t i = 0; i < L->E; i++) {
@@ -95,7 +114,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     moe_exec ex = moe_context_exec(ctx, stream);
     moe_exec *e = &ex;
     moe_step_tape *tp = &step->tape;
-    const int64_t H = L->H, F = L->F, F1 = L->F1, E = L->E;
+    const int64_t H = L->H, E = L->E;
     const int32_t K = L->K;
     const int32_t cdt = L->ops->dtype;
     const size_t es = L->ops->elem_size;
@@ -117,10 +136,18 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     OP(route_fwd, e, &L->route, T, tp->logits.p, bias, tp->idx.p, tp->probs.p);
     step->aux_loss = 0;
     step->z_loss = 0;
-    if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0) {
-        int64_t S = T / step->B;
-        OP(aux_stats, e, L->cfg.score_function, L->E, K, T, S, tp->logits.p, tp->aux_counts.p, tp->aux_sums.p);
-        aux_loss(L, step, T);
+    if (L->cfg.aux_loss_type != MOE_AUX_NONE) {
+        /* a rank with no tokens still joins the count reduction of its group */
+        if (T > 0) {
+            int64_t S = T / step->B;
+            OP(aux_stats, e, L->cfg.score_function, L->E, K, T, S, tp->logits.p, tp->aux_counts.p, tp->aux_sums.p);
+        } else {
+            memset(tp->aux_counts.p, 0, sizeof(int64_t) * (size_t)L->E);
+            memset(tp->aux_sums.p, 0, sizeof(double) * (size_t)L->E);
+        }
+        double T_tot = (double)T;
+        TRY(reduce_aux_counts(L, step, &T_tot));
+        aux_loss(L, step, T, T_tot);
     }
     if (L->cfg.z_loss_coeff > 0 && T > 0) {
         double sum_sq = 0;
@@ -129,7 +156,8 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     }
     moe_range_pop(ctx);
 
-    /* ---- dispatch plan and permutation (expert-major, ascending token) ---- */
+    /* ---- dispatch plan (expert-major, ascending token), then the dispatcher brings each row to the
+     * rank holding its expert: Rx expert rows grouped by local expert ---- */
     moe_range_push(ctx, "moe.dispatch");
     moe_dispatch_plan plan = {tp->tokens_per_expert.p, tp->kept_per_expert.p, tp->offsets.p, tp->row_token.p,
                               tp->row_prob.p, tp->slot_row.p, 0, 0, 0};
@@ -138,29 +166,32 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     step->R = plan.num_rows;
     step->dropped_count = plan.dropped;
     step->padded_count = plan.padded;
-    const int64_t R = plan.num_rows;
     const int64_t *slot_row = tp->slot_row.p;
     uint8_t *dropped = tp->dropped.p;
     for (int64_t i = 0; i < T * K; i++) dropped[i] = slot_row[i] < 0;
-    void *xp = tp->rows.p; /* [R,H] */
-    OP(permute, e, R, H, tp->xs.p, tp->row_token.p, xp);
+    TRY(L->disp->dispatch(L, step));
     moe_range_pop(ctx);
 
-    /* ---- experts: z = x W1_e^T [R,F1]; h = p * act(z) [R,F]; y_r = h W2_e^T [R,H] ---- */
+    /* ---- experts: z = x W1_e^T [Rx,F1]; h = p * act(z) [Rx,F]; y_r = h W2_e^T [Rx,H]
+     * (F, F1 of this rank's ETP shard: the outputs are partial sums over the shards) ---- */
+    const int64_t Rx = step->Rx, Fl = L->F_local, F1l = L->F1_local;
+    TRY(moe_step_need(step, &tp->z, Rx * F1l, es));
+    TRY(moe_step_need(step, &tp->h, Rx * Fl > T * L->Fs ? Rx * Fl : T * L->Fs, es));
+    TRY(moe_step_need(step, &tp->rows, Rx * (H > F1l ? H : F1l), es));
     moe_range_push(ctx, "moe.experts");
-    OP(gemm_grouped_rows, e, E, tp->offsets.p, 1, F1, H, 1.0, xp, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1), F1 * H,
-       0.0, tp->z.p);
-    OP(act_fwd, e, L->cfg.activation, R, F, tp->z.p, tp->row_prob.p, tp->h.p);
-    void *yr = tp->rows.p; /* xp is no longer needed: reuse its storage for the rows' outputs */
-    OP(gemm_grouped_rows, e, E, tp->offsets.p, 1, H, F, 1.0, tp->h.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2), H * F,
-       0.0, yr);
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, F1l, H, 1.0, tp->xr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
+       F1l * H, 0.0, tp->z.p);
+    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
+    void *yr = tp->rows.p;
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, H, Fl, 1.0, tp->h.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
+       H * Fl, 0.0, yr);
     moe_range_pop(ctx);
 
     /* ---- combine: y[t] = sum over t's kept rows (k order); written straight into y when the
      * host dtype is the compute dtype ---- */
     moe_range_push(ctx, "moe.combine");
     void *ys = (L->dtype == cdt) ? y : tp->tok.p;
-    OP(unpermute, e, T, K, H, yr, slot_row, 0, ys);
+    TRY(L->disp->combine(L, step, yr, ys));
     moe_range_pop(ctx);
 
     /* ---- shared expert: y += W2s (g * act(W1s x)), g = sigma(x . w_g) when gated ---- */

@@ -43,6 +43,14 @@ struct moe_layer {
     double bias_update_rate; /* u, as the decimal the host wrote */
     moe_route_params route;
     int32_t grad_mode;
+    /* parallel layout (moe_layer_create_parallel); single rank: sizes 1, local dispatcher */
+    const struct moe_dispatcher_ops *disp;
+    moe_comm *ep_comm, *etp_comm, *aux_comm, *edp_comm, *dp_comm, *bias_comm; /* retained; may be NULL */
+    int32_t ep_size, ep_rank, etp_size, etp_rank;
+    int32_t E_local;      /* experts whose weights live here: E / ep_size */
+    int32_t expert_first; /* global index of the first local expert */
+    int64_t F_local, F1_local; /* this ETP shard of F (F1_local = 2 F_local gated) */
+    int32_t num_chunks;   /* overlap chunks of the all-to-all dispatcher (1 = none) */
     moe_slot_info slot[MOE_PARAM_NUM_SLOTS];
     moe_buf param[MOE_PARAM_NUM_SLOTS];
     moe_buf grad[MOE_PARAM_NUM_SLOTS];
@@ -83,6 +91,13 @@ typedef struct moe_step_tape {
     moe_buf dzs;         /* [T,Fs1] */
     moe_buf dgate;       /* [T] gradient of the gate logit */
     moe_buf dlogits;     /* [T,E] */
+    moe_buf dprobs;      /* [T,K] */
+    moe_buf dxtmp;       /* [T,H] dx in the compute dtype when the host dtype differs */
+    /* expert rows (made by the dispatcher): Rx rows grouped by local expert */
+    moe_buf xr;          /* [Rx,H] expert input rows (kept by communicating dispatchers) */
+    moe_buf pr;          /* [Rx] their probabilities */
+    moe_buf xoff;        /* [E_local+1] int64 row offsets per local expert */
+    moe_buf dbuf[8];     /* dispatcher-private state (counts, permutations, staging) */
     /* scratch */
     moe_buf h;           /* [R,F] (also [T,Fs]) */
     moe_buf rows;        /* [R, max(H,F1)] */
@@ -95,6 +110,7 @@ struct moe_step {
     double aux_loss_scale;
     int32_t state;
     int64_t T, R, B, capacity;
+    int64_t Rx; /* expert rows on this rank (after dispatch) */
     int64_t dropped_count, padded_count;
     double aux_loss, z_loss;
     moe_step_tape tape;

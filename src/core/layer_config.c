@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/layer.h"
+#include "core/dispatcher.h"
 
 #define BAD(...) moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -104,6 +104,15 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     L->K = c.top_k;
     L->capacity_factor = c.capacity_factor > 0 ? float_as_decimal(c.capacity_factor) : 0.0;
     L->bias_update_rate = float_as_decimal(c.bias_update_rate);
+    /* single rank until moe_layer_create_parallel says otherwise */
+    L->disp = &moe_dispatch_local;
+    L->ep_size = L->etp_size = 1;
+    L->ep_rank = L->etp_rank = 0;
+    L->E_local = L->E;
+    L->expert_first = 0;
+    L->F_local = L->F;
+    L->F1_local = L->F1;
+    L->num_chunks = 1;
     L->route.num_experts = c.num_experts;
     L->route.top_k = c.top_k;
     L->route.score_function = c.score_function;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/layer.h"
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
@@ -51,8 +52,9 @@ int32_t moe_layer_alloc_params(moe_layer *L)
     int32_t cdt = L->ops->dtype; /* router, bias and every gradient live in the compute dtype */
     memset(L->slot, 0, sizeof L->slot);
     set_slot(&L->slot[MOE_PARAM_ROUTER_WEIGHT], cdt, cdt, 1, 2, L->E, L->H, 0);
-    set_slot(&L->slot[MOE_PARAM_EXPERT_FC1], L->dtype, cdt, 1, 3, L->E, L->F1, L->H);
-    set_slot(&L->slot[MOE_PARAM_EXPERT_FC2], L->dtype, cdt, 1, 3, L->E, L->H, L->F);
+    /* expert weights: this rank's E_local experts and its ETP shard of F */
+    set_slot(&L->slot[MOE_PARAM_EXPERT_FC1], L->dtype, cdt, 1, 3, L->E_local, L->F1_local, L->H);
+    set_slot(&L->slot[MOE_PARAM_EXPERT_FC2], L->dtype, cdt, 1, 3, L->E_local, L->H, L->F_local);
     if (L->Fs > 0) {
         set_slot(&L->slot[MOE_PARAM_SHARED_FC1], L->dtype, cdt, 1, 2, L->Fs1, L->H, 0);
         set_slot(&L->slot[MOE_PARAM_SHARED_FC2], L->dtype, cdt, 1, 2, L->H, L->Fs, 0);
@@ -114,6 +116,26 @@ static double init_uniform(uint64_t seed, int32_t slot, uint64_t i)
     return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
+/* Index of local element i of a slot in the single-rank (global) tensor, so that every EP/ETP layout
+ * initialises the same global weights from one seed. */
+static uint64_t global_index(const moe_layer *L, int32_t slot, int64_t i)
+{
+    if (slot == MOE_PARAM_EXPERT_FC1) { /* local [E_l, F1_l, H] -> global [E, F1, H] */
+        int64_t h = i % L->H, r = (i / L->H) % L->F1_local, e = i / (L->H * L->F1_local);
+        int64_t gr;
+        if (L->gated) /* gate rows of the shard, then its up rows */
+            gr = r < L->F_local ? L->etp_rank * L->F_local + r : L->F + L->etp_rank * L->F_local + (r - L->F_local);
+        else
+            gr = L->etp_rank * L->F_local + r;
+        return (uint64_t)(((L->expert_first + e) * L->F1 + gr) * L->H + h);
+    }
+    if (slot == MOE_PARAM_EXPERT_FC2) { /* local [E_l, H, F_l] -> global [E, H, F] */
+        int64_t f = i % L->F_local, h = (i / L->F_local) % L->H, e = i / (L->F_local * L->H);
+        return (uint64_t)(((L->expert_first + e) * L->H + h) * L->F + L->etp_rank * L->F_local + f);
+    }
+    return (uint64_t)i;
+}
+
 int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
 {
     moe_exec ex = moe_context_exec(L->ctx, NULL);
@@ -129,16 +151,17 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
         int64_t n = si->numel;
         if (si->dtype == MOE_DTYPE_FP64) {
             double *w = L->param[s].p;
-            for (int64_t i = 0; i < n; i++) w[i] = bound * init_uniform(seed, s, (uint64_t)i);
+            for (int64_t i = 0; i < n; i++) w[i] = bound * init_uniform(seed, s, global_index(L, s, i));
         } else if (si->dtype == MOE_DTYPE_FP32) {
             float *w = L->param[s].p;
-            for (int64_t i = 0; i < n; i++) w[i] = (float)(bound * init_uniform(seed, s, (uint64_t)i));
+            for (int64_t i = 0; i < n; i++) w[i] = (float)(bound * init_uniform(seed, s, global_index(L, s, i)));
         } else { /* bf16: draw in fp32 chunks, round to bf16 */
             float chunk[1024];
             uint16_t *w = L->param[s].p;
             for (int64_t i0 = 0; i0 < n; i0 += 1024) {
                 int64_t m = n - i0 < 1024 ? n - i0 : 1024;
-                for (int64_t i = 0; i < m; i++) chunk[i] = (float)(bound * init_uniform(seed, s, (uint64_t)(i0 + i)));
+                for (int64_t i = 0; i < m; i++)
+                    chunk[i] = (float)(bound * init_uniform(seed, s, global_index(L, s, i0 + i)));
                 int32_t st = moe_cpu_ops_f32.convert(&ex, m, chunk, MOE_DTYPE_FP32, w + i0, MOE_DTYPE_BF16);
                 if (st) return moe_errorf(L->ctx, st, "bf16 conversion failed during initialisation");
             }
@@ -170,6 +193,9 @@ void moe_layer_release_ref(moe_layer *L)
     if (atomic_fetch_sub(&L->refs, 1) != 1) return;
     moe_context *ctx = L->ctx;
     moe_layer_free_params(L);
+    moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};
+    for (int i = 0; i < 6; i++)
+        if (comms[i]) moe_comm_release_ref(comms[i]);
     free(L);
     moe_context_release_ref(ctx);
 }

@@ -1,0 +1,42 @@
+/*
+ * Token dispatchers (internal): how the rows of the local dispatch plan reach the experts that
+ * compute them, and how their results come back (MATH.md §5, §8). The layer's expert compute is the
+ * same for every dispatcher: it sees Rx rows grouped by local expert.
+ *
+ *   local      one rank: the expert rows are the permuted local rows (no communication)
+ *   all-to-all EP: rows travel to the rank owning their expert (counts first, then rows + probs),
+ *              regrouped [source][local expert] -> [local expert][source]; ETP: all-gather before
+ *              FC1, reduce-scatter after FC2
+ *   all-gather tokens and routing gathered over EP x ETP; each rank computes its local experts' rows
+ *              for every token; partial outputs reduce-scattered back to the tokens' owners
+ *
+ * A dispatcher keeps its per-step state in the step tape (xr, pr, xoff and dbuf[]).
+ */
+#ifndef MOE_CORE_DISPATCHER_H
+#define MOE_CORE_DISPATCHER_H
+
+#include "core/layer.h"
+
+typedef struct moe_dispatcher_ops {
+    const char *name;
+    /* forward: from the local plan (tape: row_token, row_prob, offsets, slot_row) make the expert rows:
+     * step->Rx, tape.xr [Rx,H], tape.pr [Rx], tape.xoff [E_local+1] */
+    int32_t (*dispatch)(moe_layer *L, moe_step *s);
+    /* forward: expert outputs yrows [Rx,H] (partial sums over ETP shards) -> ys [T,H] (=) */
+    int32_t (*combine)(moe_layer *L, moe_step *s, const void *yrows, void *ys);
+    /* backward: dys [T,H] -> dyrows [Rx,H] (=), aligned with the expert rows */
+    int32_t (*dispatch_grad)(moe_layer *L, moe_step *s, const void *dys, void *dyrows);
+    /* backward: dxrows [Rx,H], dprows [Rx] (partial over ETP shards) -> dxs [T,H] (=), dprobs [T,K] (=) */
+    int32_t (*combine_grad)(moe_layer *L, moe_step *s, const void *dxrows, const void *dprows, void *dxs,
+                            void *dprobs);
+    /* weights phase: pointer to the expert input rows [Rx,H] (may be rebuilt into tape scratch) */
+    int32_t (*expert_input)(moe_layer *L, moe_step *s, const void **x);
+} moe_dispatcher_ops;
+
+extern const moe_dispatcher_ops moe_dispatch_local;
+/* The dispatcher of a MOE_DISPATCHER_* kind (src/core/dispatch_registry.c); NULL if not built. */
+const moe_dispatcher_ops *moe_dispatcher_find(int32_t kind);
+/* dprobs [T,K] (=) from per-row dp [R] of the local plan (0 for dropped assignments). */
+int32_t moe_gather_dprobs(moe_layer *L, moe_step *s, const void *dprows, void *dprobs);
+
+#endif /* MOE_CORE_DISPATCHER_H */
