@@ -321,6 +321,132 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
  * the optimizer step. */
 MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
 
+/* ================================================================ communicators (0.2)
+ * A moe_comm is a group of ranks the engine runs collectives on. Kinds: self (one rank), MPI (wraps
+ * a host MPI_Comm; CPU clusters and the multi-rank tests), NCCL (engine-owned, GPU) and host hooks
+ * (a framework that already owns its collectives). Every collective honours the comm's timeout: a peer
+ * that never arrives makes the call return MOE_ERR_TIMEOUT (the comm is then unusable), never hang. */
+typedef struct moe_comm moe_comm;
+
+enum { MOE_COMM_SELF = 0, MOE_COMM_MPI = 1, MOE_COMM_NCCL = 2, MOE_COMM_HOOKS = 3 };
+/* dtypes of reductions (MOE_DTYPE_FP32 / MOE_DTYPE_FP64 above, plus:) */
+enum { MOE_DTYPE_INT64 = 3 };
+
+typedef struct moe_comm_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t timeout_ms; /* per collective; 0 = 300000 (5 minutes) */
+    int32_t reserved0;
+} moe_comm_config;
+MOE_API int32_t moe_comm_config_init(moe_comm_config *cfg, size_t struct_size);
+
+/* cfg may be NULL (defaults). */
+MOE_API int32_t moe_comm_create_self(moe_context *ctx, const moe_comm_config *cfg, moe_comm **out);
+/* mpi_comm points to the host's MPI_Comm (NULL = MPI_COMM_WORLD); MPI must be initialised (with
+ * MPI_THREAD_SERIALIZED or better if several host threads use libmoe). The engine duplicates the
+ * communicator, so the host may free its own. MOE_ERR_UNSUPPORTED when built without MPI. */
+MOE_API int32_t moe_comm_create_mpi(moe_context *ctx, const moe_comm_config *cfg, const void *mpi_comm,
+                                    moe_comm **out);
+/* NCCL: rank 0 calls moe_comm_nccl_unique_id, the host sends the bytes to every rank, each calls
+ * moe_comm_create_nccl. *len receives the id size (cap >= 128). MOE_ERR_UNSUPPORTED without NCCL. */
+MOE_API int32_t moe_comm_nccl_unique_id(void *buf, size_t cap, size_t *len);
+MOE_API int32_t moe_comm_create_nccl(moe_context *ctx, const moe_comm_config *cfg, const void *unique_id,
+                                     size_t id_len, int32_t rank, int32_t size, moe_comm **out);
+
+/* Host collectives. Byte counts/offsets are per peer rank; reductions are in-place sums of `count`
+ * elements of dtype (MOE_DTYPE_FP32, FP64, INT64). Each returns 0 on success, non-zero on failure
+ * (the engine then returns MOE_ERR_CALLBACK). Entries may not be NULL except barrier. */
+typedef struct moe_comm_hooks {
+    uint32_t struct_size;
+    int32_t rank;
+    int32_t size;
+    int32_t reserved0;
+    void *user_data;
+    int32_t (*all_to_all_v)(void *user_data, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
+                            void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets);
+    int32_t (*all_gather_v)(void *user_data, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
+                            const int64_t *recv_offsets);
+    int32_t (*all_reduce)(void *user_data, void *buf, int64_t count, int32_t dtype);
+    int32_t (*broadcast)(void *user_data, void *buf, int64_t bytes, int32_t root);
+    int32_t (*barrier)(void *user_data);
+    void (*release)(void *user_data);
+} moe_comm_hooks;
+MOE_API int32_t moe_comm_create_hooks(moe_context *ctx, const moe_comm_config *cfg, const moe_comm_hooks *hooks,
+                                      moe_comm **out);
+
+/* Collective over comm: ranks with the same color form a new comm, ordered by (key, old rank).
+ * color < 0: this rank joins no group and *out is set to NULL. Not available for hook comms. */
+MOE_API int32_t moe_comm_split(moe_comm *comm, int32_t color, int32_t key, moe_comm **out);
+MOE_API int32_t moe_comm_rank(const moe_comm *comm, int32_t *out);
+MOE_API int32_t moe_comm_size(const moe_comm *comm, int32_t *out);
+MOE_API int32_t moe_comm_kind(const moe_comm *comm, int32_t *out);
+MOE_API void moe_comm_destroy(moe_comm *comm);
+
+/* ================================================================ Parallel Folding layouts (0.2)
+ * The attention part of a model uses TP x CP x DP x PP ranks, the MoE part ETP x EP x EDP x PP over the
+ * same world (MATH.md §8). A layout maps every rank to its groups under a rank order (the first
+ * dimension varies fastest). */
+typedef struct moe_layout moe_layout;
+typedef struct moe_layout_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t world_size;
+    int32_t tp, cp, dp, pp;  /* attention sizes; 0 = 1, except dp: 0 = derived from the world */
+    int32_t etp, ep;         /* MoE sizes; 0 = 1. EDP = world / (ETP * EP * PP) */
+    const char *order;       /* NULL = "tp-cp-ep-dp-pp" */
+} moe_layout_config;
+MOE_API int32_t moe_layout_config_init(moe_layout_config *cfg, size_t struct_size);
+MOE_API int32_t moe_layout_create(const moe_layout_config *cfg, moe_layout **out);
+MOE_API void moe_layout_destroy(moe_layout *layout);
+
+enum {
+    MOE_GROUP_TP = 0, MOE_GROUP_CP = 1, MOE_GROUP_DP = 2, MOE_GROUP_PP = 3,
+    MOE_GROUP_ETP = 4, MOE_GROUP_EP = 5, MOE_GROUP_EDP = 6,
+    MOE_GROUP_DP_CP = 7,    /* router / shared-expert gradient reduction */
+    MOE_GROUP_TP_CP = 8,    /* ranks sharing the same tokens: aux-loss counts */
+    MOE_GROUP_TP_CP_DP = 9, /* expert-bias counts */
+    MOE_GROUP_NUM = 10
+};
+/* Sizes of each dimension after defaults are resolved (tp, cp, dp, pp, etp, ep, edp). */
+MOE_API int32_t moe_layout_sizes(const moe_layout *layout, int32_t *tp, int32_t *cp, int32_t *dp, int32_t *pp,
+                                 int32_t *etp, int32_t *ep, int32_t *edp);
+/* Members of `rank`'s group (ascending rank order) into members[0..cap); *count = group size,
+ * *index = rank's position in it. members may be NULL to query the size. */
+MOE_API int32_t moe_layout_group(const moe_layout *layout, int32_t rank, int32_t group, int32_t *members,
+                                 int32_t cap, int32_t *count, int32_t *index);
+/* Collective over a world comm of layout->world_size ranks: the comm of this rank's `group`. */
+MOE_API int32_t moe_comm_split_layout(moe_comm *world, const moe_layout *layout, int32_t group, moe_comm **out);
+
+/* ================================================================ expert parallelism (0.2)
+ * A layer spread over ranks (MATH.md §8): expert parallelism (EP: E/EP experts per rank), expert tensor
+ * parallelism (ETP: F/ETP of every local expert per rank), and the reduction groups of the losses,
+ * gradients and bias counts. All ranks of a group create their layers with the same config and seed;
+ * expert weights are then the matching slices of the single-rank layer's. */
+enum { MOE_DISPATCHER_ALL_TO_ALL = 0, MOE_DISPATCHER_ALL_GATHER = 1 };
+typedef struct moe_parallel_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    moe_comm *ep_comm;   /* EP group; NULL = EP 1 */
+    moe_comm *etp_comm;  /* ETP group; NULL = ETP 1 */
+    moe_comm *aux_comm;  /* ranks whose tokens form one aux-loss problem (TP x CP); NULL = this rank */
+    moe_comm *edp_comm;  /* expert-gradient reduction in moe_layer_reduce_grads; NULL = none */
+    moe_comm *dp_comm;   /* router / shared-expert gradient reduction (DP x CP); NULL = none */
+    moe_comm *bias_comm; /* expert-bias counts summed before the update (TP x CP x DP); NULL = this rank */
+    int32_t dispatcher;  /* MOE_DISPATCHER_* */
+    int32_t num_chunks;  /* all-to-all only: pipeline dispatch / experts / combine over this many token
+                          * chunks (communication overlapped with compute); 0 or 1 = unchunked */
+} moe_parallel_config;
+MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size);
+/* The comms are retained by the layer (the host may destroy its handles after this call). */
+MOE_API int32_t moe_layer_create_parallel(moe_context *ctx, const moe_layer_config *cfg,
+                                          const moe_parallel_config *par, moe_layer **out);
+/* All-reduces (sums) the gradients over their groups: expert weights over edp_comm, router and shared
+ * expert over dp_comm (each skipped when NULL). Call once after the backward of the last micro-batch. */
+MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,8 @@ packages=(
   valgrind
   python3-torch     # PyTorch reference in the benchmarks (run with /usr/bin/python3)
   abigail-tools     # abidiff: ABI compatibility checks
+  libopenmpi-dev    # MPI communicators (CPU ranks)
+  openmpi-bin       # mpirun for the multi-rank tests (tests/mpi)
 )
 # Strip the comments above: keep the first word of each entry.
 names=()

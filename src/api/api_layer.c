@@ -18,19 +18,23 @@ MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size)
     return moe_config_init("moe_layer_config", cfg, struct_size, sizeof *cfg, LAYER_CFG_MIN);
 }
 
-MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg_in, moe_layer **out)
+int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *par_in, moe_layer *L);
+
+static int32_t create_layer(moe_context *ctx, const moe_layer_config *cfg_in, const moe_parallel_config *par,
+                            moe_layer **out, const char *fn)
 {
-    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_create: ctx is NULL");
-    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_create: out is NULL");
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     moe_layer_config cfg;
     int32_t st = moe_config_copy(ctx, "moe_layer_config", cfg_in, sizeof cfg, LAYER_CFG_MIN, &cfg);
     if (st) return st;
     moe_layer *L = calloc(1, sizeof *L);
-    if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_create: out of memory");
+    if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     L->ctx = ctx;
     st = moe_layer_resolve_config(ctx, &cfg, L);
+    if (!st && par) st = moe_layer_apply_parallel(ctx, par, L);
     if (st) {
-        free(L);
+        free(L); /* nothing retained yet: apply_parallel retains only on success */
         return st;
     }
     atomic_init(&L->refs, 1);
@@ -43,6 +47,19 @@ MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg_i
     }
     *out = L;
     return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg_in, moe_layer **out)
+{
+    return create_layer(ctx, cfg_in, NULL, out, "moe_layer_create");
+}
+
+MOE_API int32_t moe_layer_create_parallel(moe_context *ctx, const moe_layer_config *cfg, const moe_parallel_config *par,
+                                          moe_layer **out)
+{
+    if (!par && ctx) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_create_parallel: par is NULL; expected a "
+                                       "moe_parallel_config from moe_parallel_config_init()");
+    return create_layer(ctx, cfg, par, out, "moe_layer_create_parallel");
 }
 
 MOE_API void moe_layer_destroy(moe_layer *layer)

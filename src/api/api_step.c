@@ -6,6 +6,7 @@
 #include "api/config_header.h"
 #include "api/dlpack_export.h"
 #include "api/tensor_check.h"
+#include "comm/comm.h"
 #include "core/layer.h"
 
 #define STEP_CFG_MIN sizeof(moe_step_config)
@@ -255,6 +256,15 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
             }
     } else {
         memcpy(n, layer->bias_counts, sizeof(int64_t) * (size_t)E);
+        if (layer->bias_comm) { /* own counts: summed over the bias group (TP x CP x DP) first */
+            moe_comm *c = layer->bias_comm;
+            int32_t st = c->ops->all_reduce(c, n, E, MOE_DTYPE_INT64);
+            if (st) {
+                free(n);
+                return moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
+                                  ctx->last_error);
+            }
+        }
     }
     /* b_i += u * sign(mean(n) - n_i), compared exactly: mean(n) - n_i has the sign of sum(n) - E*n_i */
     int64_t total = 0;

@@ -17,13 +17,16 @@ MOE_API uint64_t moe_build_features(void)
 #ifdef _OPENMP
     f |= MOE_FEATURE_OPENMP;
 #endif
+#ifdef MOE_HAVE_ONEDNN
+    f |= MOE_FEATURE_ONEDNN; /* fp32 GEMMs (src/backend/cpu/cpu_gemm.c) */
+#endif
 #ifdef MOE_HAVE_CUDA_BACKEND
     f |= MOE_FEATURE_CUDA;
 #endif
-#ifdef MOE_HAVE_NCCL_BACKEND
+#ifdef MOE_HAVE_NCCL /* cmake/MoeComm.cmake */
     f |= MOE_FEATURE_NCCL;
 #endif
-#ifdef MOE_HAVE_MPI_BACKEND
+#ifdef MOE_HAVE_MPI
     f |= MOE_FEATURE_MPI;
 #endif
     return f;

@@ -1,0 +1,72 @@
+/*
+ * The communicator interface (internal). One vtable, four implementations: self, MPI, NCCL,
+ * host hooks. Data movement is in bytes; reductions are in-place sums of typed elements.
+ * Every call returns MOE_OK or an error status, recorded on the comm's context; a collective that
+ * does not complete within comm->timeout_ms returns MOE_ERR_TIMEOUT and marks the comm broken
+ * (every later call fails fast with MOE_ERR_COMM).
+ */
+#ifndef MOE_COMM_COMM_H
+#define MOE_COMM_COMM_H
+
+#include <stdatomic.h>
+
+#include "core/context.h"
+
+typedef struct moe_comm_request moe_comm_request;
+
+typedef struct moe_comm_ops {
+    const char *name;
+    /* recv[recv_offsets[p] .. + recv_bytes[p]) <- peer p's send block for this rank */
+    int32_t (*all_to_all_v)(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
+                            void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets);
+    /* Non-blocking form for overlap; *req is completed (and freed) by wait. Buffers must stay valid. */
+    int32_t (*all_to_all_v_start)(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                  const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                  const int64_t *recv_offsets, moe_comm_request **req);
+    int32_t (*wait)(moe_comm *c, moe_comm_request *req);
+    /* recv[recv_offsets[p] ..) <- peer p's send (recv_bytes[p] bytes) */
+    int32_t (*all_gather_v)(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
+                            const int64_t *recv_offsets);
+    /* in-place sum of count elements (MOE_DTYPE_FP32, FP64, INT64) */
+    int32_t (*all_reduce)(moe_comm *c, void *buf, int64_t count, int32_t dtype);
+    /* send holds size blocks back to back (block p: recv_counts[p] elements); recv <- sum over ranks
+     * of block `rank` */
+    int32_t (*reduce_scatter)(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype);
+    int32_t (*broadcast)(moe_comm *c, void *buf, int64_t bytes, int32_t root);
+    int32_t (*barrier)(moe_comm *c);
+    /* ranks with equal color form a new comm ordered by (key, rank); color < 0 -> *out = NULL */
+    int32_t (*split)(moe_comm *c, int32_t color, int32_t key, moe_comm **out);
+    void (*destroy_impl)(moe_comm *c); /* frees c->impl */
+} moe_comm_ops;
+
+struct moe_comm {
+    atomic_int refs; /* host handle + layers/dispatchers that use it */
+    moe_context *ctx;
+    const moe_comm_ops *ops;
+    int32_t kind; /* MOE_COMM_* */
+    int32_t rank, size;
+    int32_t timeout_ms;
+    int32_t broken; /* set after a timeout or failure: later calls return MOE_ERR_COMM */
+    void *impl;
+};
+
+/* Allocates a comm shell (refs = 1, retains ctx). */
+moe_comm *moe_comm_alloc(moe_context *ctx, const moe_comm_ops *ops, int32_t kind, int32_t rank, int32_t size,
+                         int32_t timeout_ms);
+void moe_comm_retain(moe_comm *c);
+void moe_comm_release_ref(moe_comm *c);
+
+/* Implementations (src/comm/comm_*.c). */
+extern const moe_comm_ops moe_comm_self_ops;
+extern const moe_comm_ops moe_comm_hooks_ops;
+#ifdef MOE_HAVE_MPI
+extern const moe_comm_ops moe_comm_mpi_ops;
+#endif
+#ifdef MOE_HAVE_NCCL
+extern const moe_comm_ops moe_comm_nccl_ops;
+#endif
+
+/* Element size of a reduction dtype; 0 if unknown. */
+size_t moe_comm_dtype_size(int32_t dtype);
+
+#endif /* MOE_COMM_COMM_H */

@@ -1,0 +1,119 @@
+/*
+ * The one-rank communicator: every collective is a local copy (or nothing). Buffers are host memory
+ * (the engine's CPU backend); blocks may alias (memmove).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+
+static void move_block(void *dst, const void *src, int64_t bytes)
+{
+    if (bytes > 0 && dst != src) memmove(dst, src, (size_t)bytes);
+}
+
+static int32_t self_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
+                                 void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets)
+{
+    const char *op = "all_to_all_v";
+    int32_t st = moe_comm_check_all_to_all_v(c, op, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    if (st) return st;
+    if (send_bytes[0] != recv_bytes[0])
+        return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (self) %s: send_bytes[0] = %lld but recv_bytes[0] = "
+                          "%lld; a one-rank comm sends its only block to itself, so they must be equal", op,
+                          (long long)send_bytes[0], (long long)recv_bytes[0]);
+    if (send_bytes[0] > 0)
+        move_block((char *)recv + recv_offsets[0], (const char *)send + send_offsets[0], send_bytes[0]);
+    return MOE_OK;
+}
+
+static int32_t self_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                       const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                       const int64_t *recv_offsets, moe_comm_request **req)
+{
+    if (!req)
+        return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (self) all_to_all_v_start: req is NULL");
+    moe_comm_request *r;
+    int32_t st = moe_comm_request_new(c, NULL, &r);
+    if (st) return st;
+    st = self_all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    if (st) {
+        moe_comm_request_free(r);
+        return st;
+    }
+    *req = r;
+    return MOE_OK;
+}
+
+static int32_t self_wait(moe_comm *c, moe_comm_request *req)
+{
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    moe_comm_request_free(req); /* the exchange completed in start */
+    return MOE_OK;
+}
+
+static int32_t self_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
+                                 const int64_t *recv_offsets)
+{
+    int32_t st = moe_comm_check_all_gather_v(c, "all_gather_v", send, send_bytes, recv, recv_bytes, recv_offsets);
+    if (st) return st;
+    if (send_bytes > 0) move_block((char *)recv + recv_offsets[0], send, send_bytes);
+    return MOE_OK;
+}
+
+static int32_t self_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype)
+{
+    return moe_comm_check_all_reduce(c, "all_reduce", buf, count, dtype); /* the sum over one rank */
+}
+
+static int32_t self_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype)
+{
+    int64_t total;
+    int32_t st = moe_comm_check_reduce_scatter(c, "reduce_scatter", send, recv, recv_counts, dtype, &total);
+    if (st) return st;
+    if (recv_counts[0] > 0) memcpy(recv, send, (size_t)recv_counts[0] * moe_comm_dtype_size(dtype));
+    return MOE_OK;
+}
+
+static int32_t self_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root)
+{
+    return moe_comm_check_broadcast(c, "broadcast", buf, bytes, root);
+}
+
+static int32_t self_barrier(moe_comm *c) { return moe_comm_check_usable(c, "barrier"); }
+
+static int32_t self_split(moe_comm *c, int32_t color, int32_t key, moe_comm **out)
+{
+    int32_t st = moe_comm_check_split(c, "split", out);
+    if (st) return st;
+    if (color < 0) {
+        *out = NULL;
+        return MOE_OK;
+    }
+    return moe_comm_self_create(c->ctx, c->timeout_ms, out);
+}
+
+static void self_destroy_impl(moe_comm *c) { (void)c; }
+
+const moe_comm_ops moe_comm_self_ops = {
+    "self",
+    self_all_to_all_v,
+    self_all_to_all_v_start,
+    self_wait,
+    self_all_gather_v,
+    self_all_reduce,
+    self_reduce_scatter,
+    self_broadcast,
+    self_barrier,
+    self_split,
+    self_destroy_impl,
+};
+
+int32_t moe_comm_self_create(moe_context *ctx, int32_t timeout_ms, moe_comm **out)
+{
+    moe_comm *c = moe_comm_alloc(ctx, &moe_comm_self_ops, MOE_COMM_SELF, 0, 1, timeout_ms);
+    if (!c) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_comm_create_self: out of memory");
+    *out = c;
+    return MOE_OK;
+}
