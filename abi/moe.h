@@ -436,8 +436,8 @@ typedef struct moe_parallel_config {
     moe_comm *dp_comm;   /* router / shared-expert gradient reduction (DP x CP); NULL = none */
     moe_comm *bias_comm; /* expert-bias counts summed before the update (TP x CP x DP); NULL = this rank */
     int32_t dispatcher;  /* MOE_DISPATCHER_* */
-    int32_t num_chunks;  /* all-to-all only: pipeline dispatch / experts / combine over this many token
-                          * chunks (communication overlapped with compute); 0 or 1 = unchunked */
+    int32_t num_chunks;  /* reserved for chunked dispatch/compute overlap (all-to-all); only 0 or 1
+                          * (unchunked) are accepted in 0.2: larger values give MOE_ERR_UNSUPPORTED */
 } moe_parallel_config;
 MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size);
 /* The comms are retained by the layer (the host may destroy its handles after this call). */

@@ -43,6 +43,9 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     if (par.num_chunks > 1 && par.dispatcher != MOE_DISPATCHER_ALL_TO_ALL)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "par.num_chunks = %d needs par.dispatcher = "
                           "MOE_DISPATCHER_ALL_TO_ALL (the all-gather dispatcher does not chunk)", par.num_chunks);
+    if (par.num_chunks > 1)
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "par.num_chunks = %d: chunked dispatch/compute overlap is not "
+                          "implemented in this version; use 0 or 1", par.num_chunks);
     int32_t ep = par.ep_comm ? par.ep_comm->size : 1, etp = par.etp_comm ? par.etp_comm->size : 1;
     if (L->E % ep != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "cfg.num_experts = %d is not divisible by the EP size %d "
