@@ -1,0 +1,22 @@
+# Expert-parallel layer == single-rank layer (tests/mpi/test_layer_ep.c), for 1, 2 and 4 ranks
+# (label "mpi"). Included by tests/mpi/CMakeLists.txt. The chunked cases (par.num_chunks = 2) are
+# separate entries so that they can be tracked on their own.
+add_executable(test_layer_ep ${CMAKE_CURRENT_LIST_DIR}/test_layer_ep.c)
+# public ABI only: the shared library and its header
+target_link_libraries(test_layer_ep PRIVATE moe MPI::MPI_C m)
+target_compile_definitions(test_layer_ep PRIVATE _POSIX_C_SOURCE=200809L)
+moe_set_warnings(test_layer_ep)
+
+set(MOE_LAYER_MPIRUN ${MPIEXEC_EXECUTABLE} ${MOE_MPIEXEC_FLAGS} ${MPIEXEC_PREFLAGS})
+foreach(np 1 2 4)
+  add_test(NAME layer_ep_np${np}
+           COMMAND ${MOE_LAYER_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_layer_ep> ${MPIEXEC_POSTFLAGS})
+  add_test(NAME layer_ep_chunked_np${np}
+           COMMAND ${MOE_LAYER_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_layer_ep> ${MPIEXEC_POSTFLAGS}
+                   --chunked)
+  set_tests_properties(layer_ep_np${np} layer_ep_chunked_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+                       PASS_REGULAR_EXPRESSION "[0-9]+ passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
+  # while moe_layer_create_parallel answers MOE_ERR_UNSUPPORTED for num_chunks > 1, the chunked entries
+  # report "Skipped" (visible in ctest's summary) instead of passing silently or failing
+  set_tests_properties(layer_ep_chunked_np${np} PROPERTIES SKIP_REGULAR_EXPRESSION "[1-9][0-9]* skipped")
+endforeach()
