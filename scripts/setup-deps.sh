@@ -13,8 +13,9 @@ packages=(
   pkg-config
   check             # unit test framework
   libdlpack-dev     # dlpack/dlpack.h (v0.6), the tensor exchange format of the ABI
-  libopenblas-dev   # CPU GEMMs
-  libdnnl-dev       # oneDNN: benchmarks (bf16 GEMM comparison)
+  libopenblas-dev   # CPU GEMMs of fp64 layers (the reference precision)
+  libdnnl-dev       # oneDNN: CPU GEMMs of fp32 / bf16 layers
+  ocl-icd-opencl-dev # OpenCL loader: Debian's oneDNN CMake package requires it at configure time
   valgrind
   python3-torch     # PyTorch reference in the benchmarks (run with /usr/bin/python3)
   abigail-tools     # abidiff: ABI compatibility checks
