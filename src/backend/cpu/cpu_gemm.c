@@ -47,6 +47,8 @@
 
 #if MOE_GEMM_ONEDNN
 #include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <oneapi/dnnl/dnnl.h>
 #else
 #include <cblas.h>
@@ -120,6 +122,50 @@ done:
     return rc;
 }
 
+/* oneDNN's scratchpad (packed operand copies) comes from a per-thread buffer that only grows: in
+ * oneDNN's default library mode every primitive allocates its own, which on this workload meant fresh
+ * pages (and page faults) on every GEMM of every step. Freed when the thread exits. */
+typedef struct scratch_buf {
+    void *p;
+    size_t bytes;
+} scratch_buf;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t scratch_key;
+static int scratch_key_ok;
+
+static void scratch_free(void *v)
+{
+    scratch_buf *b = v;
+    free(b->p);
+    free(b);
+}
+
+static void scratch_key_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+static void *scratch_get(size_t bytes)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    if (!scratch_key_ok) return NULL;
+    scratch_buf *b = pthread_getspecific(scratch_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) return NULL;
+        if (pthread_setspecific(scratch_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->bytes < bytes) {
+        size_t sz = (bytes + 4095) & ~(size_t)4095;
+        void *p = aligned_alloc(4096, sz);
+        if (!p) return NULL;
+        free(b->p);
+        b->p = p;
+        b->bytes = sz;
+    }
+    return b->p;
+}
+
 /* Row-major [rows, cols] fp32 with leading dimension ld, or its transpose viewed through strides. */
 static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans)
 {
@@ -138,7 +184,7 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
-    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
     dnnl_memory_desc_t a_md, b_md, c_md;
     dnnl_matmul_desc_t desc;
 
@@ -147,6 +193,7 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     DNNL_TRY(md_2d(&c_md, m, n, ldc, 0));
     DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
     DNNL_TRY(dnnl_primitive_attr_create(&attr));
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (alpha != RX(1.0)) DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
     if (beta != RX(0.0)) {
         DNNL_TRY(dnnl_post_ops_create(&po));
@@ -159,11 +206,25 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     DNNL_TRY(dnnl_memory_create(&mem[0], &a_md, cx->eng, (void *)a));
     DNNL_TRY(dnnl_memory_create(&mem[1], &b_md, cx->eng, (void *)b));
     DNNL_TRY(dnnl_memory_create(&mem[2], &c_md, cx->eng, c));
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}};
-    DNNL_TRY(dnnl_primitive_execute(prim, cx->stream, 3, args));
+    const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sp_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
+    int nargs = 3;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]},
+                               {DNNL_ARG_SCRATCHPAD, NULL}};
+    if (sp_bytes > 0) {
+        void *sp = scratch_get(sp_bytes);
+        if (!sp) {
+            rc = MOE_ERR_OUT_OF_MEMORY;
+            goto done;
+        }
+        DNNL_TRY(dnnl_memory_create(&mem[3], sp_md, cx->eng, sp));
+        args[3].memory = mem[3];
+        nargs = 4;
+    }
+    DNNL_TRY(dnnl_primitive_execute(prim, cx->stream, nargs, args));
     DNNL_TRY(dnnl_stream_wait(cx->stream));
 done:
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (mem[i] != NULL) (void)dnnl_memory_destroy(mem[i]);
     if (prim != NULL) (void)dnnl_primitive_destroy(prim);
     if (pd != NULL) (void)dnnl_primitive_desc_destroy(pd);
