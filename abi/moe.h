@@ -1,5 +1,5 @@
 /*
- * libmoe — public C ABI, version 0.1.
+ * libmoe — public C ABI, version 0.2.
  *
  * One header, no CUDA includes. Rules (docs/abi.md has the long form):
  *  - every fallible call returns int32_t status (MOE_OK = 0); the detailed message is read with
@@ -32,7 +32,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 #define MOE_VERSION_MAJOR 0
-#define MOE_VERSION_MINOR 1
+#define MOE_VERSION_MINOR 2
 #define MOE_VERSION_PATCH 0
 /* major*10000 + minor*100 + patch, like zstd's ZSTD_VERSION_NUMBER */
 #define MOE_VERSION_NUMBER (MOE_VERSION_MAJOR * 10000 + MOE_VERSION_MINOR * 100 + MOE_VERSION_PATCH)
