@@ -19,7 +19,7 @@ typedef struct moe_pool_block {
     void *ptr;
     size_t bytes;
 } moe_pool_block;
-#define MOE_POOL_SLOTS 64
+#define MOE_POOL_SLOTS 256
 
 struct moe_context {
     atomic_int refs; /* host handle + every layer, step and export that points here */
