@@ -136,7 +136,7 @@ MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLT
     st = moe_check_tensor_strided(ctx, src, "src", si->ndim, si->shape, si->dtype, alt);
     if (st) return st;
     int32_t sdt = moe_dtype_of(src->dtype);
-    size_t elem = sdt == MOE_DTYPE_FP64 ? 8 : sdt == MOE_DTYPE_BF16 ? 2 : 4;
+    size_t elem = moe_dtype_size(sdt);
     if (sdt == si->dtype) {
         moe_gather_strided(src, elem, layer->param[slot].p);
         return MOE_OK;
@@ -168,7 +168,7 @@ MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t g
     for (int32_t d = 0; dst->strides && d < dst->ndim; d++)
         if (dst->strides[d] == 0 && dst->shape[d] > 1)
             return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "dst.strides[%d] = 0: elements of dst would overlap", d);
-    size_t elem = dt == MOE_DTYPE_FP64 ? 8 : dt == MOE_DTYPE_BF16 ? 2 : 4;
+    size_t elem = moe_dtype_size(dt);
     moe_scatter_strided(grad ? layer->grad[slot].p : layer->param[slot].p, elem, dst);
     return MOE_OK;
 }

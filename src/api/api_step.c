@@ -213,13 +213,7 @@ MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out)
     moe_context *ctx = layer->ctx;
     int64_t e1[1] = {layer->E};
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_expert_counts: out is NULL");
-    DLDataType want = {kDLInt, 64, 1};
-    if (out->dtype.code != want.code || out->dtype.bits != 64 || out->dtype.lanes != 1)
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "out.dtype: expected int64");
-    /* dtype is checked above; reuse the shape/device/stride checks with a stand-in float dtype */
-    DLTensor view = *out;
-    view.dtype = moe_dl_dtype(MOE_DTYPE_FP64);
-    int32_t st = moe_check_tensor_strided(ctx, &view, "out", 1, e1, MOE_DTYPE_FP64, -1);
+    int32_t st = moe_check_tensor_strided(ctx, out, "out", 1, e1, MOE_DTYPE_INT64, -1);
     if (st) return st;
     moe_scatter_strided(layer->bias_counts, 8, out);
     return MOE_OK;
@@ -236,12 +230,7 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
     if (!n) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
     if (counts) {
         int64_t e1[1] = {E};
-        int32_t st = MOE_OK;
-        if (counts->dtype.code != kDLInt || counts->dtype.bits != 64 || counts->dtype.lanes != 1)
-            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts.dtype: expected int64");
-        DLTensor view = *counts;
-        view.dtype = moe_dl_dtype(MOE_DTYPE_FP64);
-        if (!st) st = moe_check_tensor_strided(ctx, &view, "counts", 1, e1, MOE_DTYPE_FP64, -1);
+        int32_t st = moe_check_tensor_strided(ctx, counts, "counts", 1, e1, MOE_DTYPE_INT64, -1);
         if (st) {
             free(n);
             return st;

@@ -10,6 +10,7 @@ DLDataType moe_dl_dtype(int32_t dtype)
     switch (dtype) {
     case MOE_DTYPE_BF16: d.code = kDLBfloat; d.bits = 16; break;
     case MOE_DTYPE_FP64: d.code = kDLFloat; d.bits = 64; break;
+    case MOE_DTYPE_INT64: d.code = kDLInt; d.bits = 64; break;
     default: d.code = kDLFloat; d.bits = 32; break;
     }
     return d;
@@ -17,7 +18,12 @@ DLDataType moe_dl_dtype(int32_t dtype)
 
 const char *moe_dtype_name(int32_t dtype)
 {
-    return dtype == MOE_DTYPE_BF16 ? "bfloat16" : dtype == MOE_DTYPE_FP64 ? "float64" : "float32";
+    switch (dtype) {
+    case MOE_DTYPE_BF16: return "bfloat16";
+    case MOE_DTYPE_FP64: return "float64";
+    case MOE_DTYPE_INT64: return "int64";
+    default: return "float32";
+    }
 }
 
 int32_t moe_dtype_of(DLDataType dt)
@@ -26,6 +32,7 @@ int32_t moe_dtype_of(DLDataType dt)
     if (dt.code == kDLFloat && dt.bits == 32) return MOE_DTYPE_FP32;
     if (dt.code == kDLFloat && dt.bits == 64) return MOE_DTYPE_FP64;
     if (dt.code == kDLBfloat && dt.bits == 16) return MOE_DTYPE_BF16;
+    if (dt.code == kDLInt && dt.bits == 64) return MOE_DTYPE_INT64;
     return -1;
 }
 

@@ -116,6 +116,8 @@ struct moe_step {
     moe_step_tape tape;
 };
 
+/* Bytes per element of a MOE_DTYPE_* (fp32, bf16, fp64, int64). */
+size_t moe_dtype_size(int32_t dtype);
 /* layer_config.c: validates cfg and fills the layer's resolved fields (no allocation). */
 int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *cfg, moe_layer *layer);
 /* params.c */

@@ -28,9 +28,9 @@ void moe_buf_release(moe_context *ctx, moe_buf *b)
     b->bytes = 0;
 }
 
-static size_t dtype_size(int32_t dtype)
+size_t moe_dtype_size(int32_t dtype)
 {
-    return dtype == MOE_DTYPE_FP64 ? 8 : dtype == MOE_DTYPE_BF16 ? 2 : 4;
+    return dtype == MOE_DTYPE_FP64 || dtype == MOE_DTYPE_INT64 ? 8 : dtype == MOE_DTYPE_BF16 ? 2 : 4;
 }
 
 static void set_slot(moe_slot_info *s, int32_t dtype, int32_t grad_dtype, int32_t has_grad, int ndim, int64_t d0,
@@ -67,13 +67,13 @@ int32_t moe_layer_alloc_params(moe_layer *L)
         moe_slot_info *si = &L->slot[s];
         if (!si->present) continue;
         size_t bytes;
-        if (!moe_size_mul((size_t)si->numel, dtype_size(si->dtype), &bytes) ||
+        if (!moe_size_mul((size_t)si->numel, moe_dtype_size(si->dtype), &bytes) ||
             moe_buf_reserve(ctx, &L->param[s], bytes, MOE_MEM_WEIGHTS))
             return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "parameter slot %d (%lld elements) could not be allocated", s,
                               (long long)si->numel);
         memset(L->param[s].p, 0, bytes);
         if (si->has_grad) {
-            size_t gbytes = (size_t)si->numel * dtype_size(si->grad_dtype);
+            size_t gbytes = (size_t)si->numel * moe_dtype_size(si->grad_dtype);
             if (moe_buf_reserve(ctx, &L->grad[s], gbytes, MOE_MEM_GRADS))
                 return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "gradient slot %d could not be allocated", s);
             memset(L->grad[s].p, 0, gbytes);
@@ -143,7 +143,7 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
         moe_slot_info *si = &L->slot[s];
         if (!si->present) continue;
         if (s == MOE_PARAM_EXPERT_BIAS) {
-            memset(L->param[s].p, 0, (size_t)si->numel * dtype_size(si->dtype));
+            memset(L->param[s].p, 0, (size_t)si->numel * moe_dtype_size(si->dtype));
             continue;
         }
         int64_t fan_in = (s == MOE_PARAM_EXPERT_FC2) ? L->F : (s == MOE_PARAM_SHARED_FC2) ? L->Fs : L->H;
