@@ -436,8 +436,9 @@ typedef struct moe_parallel_config {
     moe_comm *dp_comm;   /* router / shared-expert gradient reduction (DP x CP); NULL = none */
     moe_comm *bias_comm; /* expert-bias counts summed before the update (TP x CP x DP); NULL = this rank */
     int32_t dispatcher;  /* MOE_DISPATCHER_* */
-    int32_t num_chunks;  /* reserved for chunked dispatch/compute overlap (all-to-all); only 0 or 1
-                          * (unchunked) are accepted in 0.2: larger values give MOE_ERR_UNSUPPORTED */
+    int32_t num_chunks;  /* all-to-all dispatcher: split each step's rows into this many token chunks and
+                          * overlap the exchange of chunk i+1 with the expert compute of chunk i
+                          * (0 or 1 = unchunked). Results equal the unchunked path. */
 } moe_parallel_config;
 MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size);
 /* The comms are retained by the layer (the host may destroy its handles after this call). */
@@ -446,6 +447,76 @@ MOE_API int32_t moe_layer_create_parallel(moe_context *ctx, const moe_layer_conf
 /* All-reduces (sums) the gradients over their groups: expert weights over edp_comm, router and shared
  * expert over dp_comm (each skipped when NULL). Call once after the backward of the last micro-batch. */
 MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream);
+
+/* ================================================================ standalone token dispatcher (0.2)
+ * For hosts with their own experts: moves the tokens of a routing decision the host made (expert
+ * indices and probabilities) to the ranks owning those experts and back, with the layer's semantics
+ * (MATH.md §4, §5, §8: capacity and drops per rank, rows grouped by local expert, then source rank,
+ * then token). Shapes: T local tokens, H hidden, K top-k, Rx rows received by this rank's E_local
+ * experts (known after dispatch). One dispatch handle per routing decision, used in this order:
+ *
+ *   moe_dispatcher_dispatch   x [T,H], indices [T,K], probs [T,K]  -> handle (collective)
+ *   moe_dispatch_info / moe_dispatch_rows                           -> x_rows [Rx,H], row_probs [Rx],
+ *                                                                      tokens_per_expert [E_local]
+ *   (host experts: y_rows [Rx,H] = f_e(x_rows))
+ *   moe_dispatch_combine      y_rows [Rx,H] -> y [T,H]              (collective)
+ *       y[t] = sum over t's kept assignments k of w_tk * y_rows[row(t,k)],
+ *       w = probs (MOE_COMBINE_WEIGHTED) or 1 (MOE_COMBINE_UNWEIGHTED: the host applied them)
+ *   moe_dispatch_combine_backward  dy [T,H] -> dy_rows [Rx,H], d_row_probs [Rx]   (collective)
+ *       dy_rows = w * dy[t]; d_row_probs = <dy[t], y_rows[row]> (weighted; 0 when unweighted)
+ *   moe_dispatch_backward     dx_rows [Rx,H], d_row_probs [Rx] -> dx [T,H], dprobs [T,K] (collective)
+ *       dx[t] = sum of t's kept rows; dprobs[t,k] = d_row_probs of (t,k)'s row, 0 if dropped
+ *
+ * Every collective call must be made by all ranks of ep_comm in the same order. Padding rows
+ * (pad_to_capacity) have row_probs 0, are zero in x_rows and are ignored by combine and backward. */
+typedef struct moe_dispatcher moe_dispatcher;
+typedef struct moe_dispatch moe_dispatch;
+enum { MOE_COMBINE_WEIGHTED = 0, MOE_COMBINE_UNWEIGHTED = 1 };
+typedef struct moe_dispatcher_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t kind;           /* MOE_DISPATCHER_* (default ALL_TO_ALL) */
+    int32_t dtype;          /* of x, rows, probs and gradients: MOE_DTYPE_FP32 (default), BF16, FP64 */
+    int64_t hidden;         /* H > 0 (required) */
+    int32_t num_experts;    /* E global experts (required), a multiple of the EP size */
+    int32_t top_k;          /* K in [1, E] (required) */
+    double capacity_factor; /* 0 = dropless; else capacity ceil(T K / E * factor) per expert per rank */
+    int32_t drop_policy;    /* MOE_DROP_* */
+    int32_t pad_to_capacity;
+    int32_t combine;        /* MOE_COMBINE_* (default WEIGHTED) */
+    int32_t reserved0;
+} moe_dispatcher_config;
+MOE_API int32_t moe_dispatcher_config_init(moe_dispatcher_config *cfg, size_t struct_size);
+/* ep_comm: the expert-parallel group (retained; NULL = one rank, no communication). */
+MOE_API int32_t moe_dispatcher_create(moe_context *ctx, const moe_dispatcher_config *cfg, moe_comm *ep_comm,
+                                      moe_dispatcher **out);
+/* This rank's experts: global ids [*first_expert, *first_expert + *num_local_experts). */
+MOE_API int32_t moe_dispatcher_local_experts(const moe_dispatcher *d, int32_t *num_local_experts,
+                                             int32_t *first_expert);
+/* Releases the host's reference; open dispatch handles keep the dispatcher alive. NULL is a no-op. */
+MOE_API void moe_dispatcher_destroy(moe_dispatcher *d);
+
+/* Collective. x [T,H] (dtype); indices [T,K] int32 or int64 (DLPack kDLInt), distinct global expert ids
+ * per token in [0, E); probs [T,K] (dtype) or NULL = all 1. T may be 0. The inputs are copied. */
+MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, const DLTensor *indices,
+                                        const DLTensor *probs, moe_dispatch **out, void *stream);
+/* Rows received by this rank's experts (Rx, padding rows included), and this rank's local counts:
+ * assignments dropped by capacity and padding rows added (any pointer may be NULL). */
+MOE_API int32_t moe_dispatch_info(const moe_dispatch *h, int64_t *num_rows, int64_t *dropped, int64_t *padded);
+/* Copies the received rows out: x_rows [Rx,H] (dtype), row_probs [Rx] (dtype), tokens_per_expert
+ * [E_local] int64 (rows per local expert, summing to Rx). Each may be NULL. */
+MOE_API int32_t moe_dispatch_rows(const moe_dispatch *h, DLTensor *x_rows, DLTensor *row_probs,
+                                  DLTensor *tokens_per_expert);
+MOE_API int32_t moe_dispatch_combine(moe_dispatch *h, const DLTensor *y_rows, DLTensor *y, void *stream);
+/* After moe_dispatch_combine. d_row_probs may be NULL. */
+MOE_API int32_t moe_dispatch_combine_backward(moe_dispatch *h, const DLTensor *dy, DLTensor *dy_rows,
+                                              DLTensor *d_row_probs, void *stream);
+/* d_row_probs may be NULL (= 0); dprobs may be NULL. */
+MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, const DLTensor *d_row_probs,
+                                      DLTensor *dx, DLTensor *dprobs, void *stream);
+/* NULL is a no-op. */
+MOE_API void moe_dispatch_destroy(moe_dispatch *h);
 
 #ifdef __cplusplus
 }
