@@ -1,0 +1,123 @@
+//! Every `#define` and enum constant of abi/moe.h. C enums are `int`; they are `i32` here, and the
+//! feature bits `u64` like `moe_build_features()`.
+
+// ---- version
+pub const MOE_VERSION_MAJOR: u32 = 0;
+pub const MOE_VERSION_MINOR: u32 = 2;
+pub const MOE_VERSION_PATCH: u32 = 0;
+pub const MOE_VERSION_NUMBER: u32 = MOE_VERSION_MAJOR * 10000 + MOE_VERSION_MINOR * 100 + MOE_VERSION_PATCH;
+pub const MOE_API_VERSION: u32 = MOE_VERSION_NUMBER;
+
+// ---- build features
+pub const MOE_FEATURE_CPU: u64 = 1 << 0;
+pub const MOE_FEATURE_OPENMP: u64 = 1 << 1;
+pub const MOE_FEATURE_OPENBLAS: u64 = 1 << 2;
+pub const MOE_FEATURE_ONEDNN: u64 = 1 << 3;
+pub const MOE_FEATURE_BF16: u64 = 1 << 4;
+pub const MOE_FEATURE_FP64: u64 = 1 << 5;
+pub const MOE_FEATURE_CUDA: u64 = 1 << 8;
+pub const MOE_FEATURE_NCCL: u64 = 1 << 9;
+pub const MOE_FEATURE_MPI: u64 = 1 << 10;
+pub const MOE_FEATURE_FP8: u64 = 1 << 11;
+
+// ---- status
+pub const MOE_OK: i32 = 0;
+pub const MOE_ERR_INVALID_ARGUMENT: i32 = 1;
+pub const MOE_ERR_UNSUPPORTED: i32 = 2;
+pub const MOE_ERR_OUT_OF_MEMORY: i32 = 3;
+pub const MOE_ERR_VERSION: i32 = 4;
+pub const MOE_ERR_STATE: i32 = 5;
+pub const MOE_ERR_NONFINITE: i32 = 6;
+pub const MOE_ERR_BACKEND: i32 = 7;
+pub const MOE_ERR_COMM: i32 = 8;
+pub const MOE_ERR_TIMEOUT: i32 = 9;
+pub const MOE_ERR_CALLBACK: i32 = 10;
+pub const MOE_ERR_INTERNAL: i32 = 11;
+
+// ---- log levels
+pub const MOE_LOG_ERROR: i32 = 0;
+pub const MOE_LOG_WARN: i32 = 1;
+pub const MOE_LOG_INFO: i32 = 2;
+pub const MOE_LOG_DEBUG: i32 = 3;
+
+// ---- devices
+pub const MOE_DEVICE_CPU: i32 = 1;
+pub const MOE_DEVICE_CUDA: i32 = 2;
+
+// ---- memory ledger categories
+pub const MOE_MEM_WEIGHTS: i32 = 0;
+pub const MOE_MEM_GRADS: i32 = 1;
+pub const MOE_MEM_ACTIVATIONS: i32 = 2;
+pub const MOE_MEM_WORKSPACE: i32 = 3;
+pub const MOE_MEM_COMM: i32 = 4;
+pub const MOE_MEM_NUM_CATEGORIES: usize = 8;
+
+// ---- layer config
+pub const MOE_ACT_SWIGLU: i32 = 0;
+pub const MOE_ACT_GEGLU: i32 = 1;
+pub const MOE_ACT_GELU: i32 = 2;
+pub const MOE_ACT_RELU: i32 = 3;
+pub const MOE_ACT_SILU: i32 = 4;
+pub const MOE_SCORE_SOFTMAX: i32 = 0;
+pub const MOE_SCORE_SOFTMAX_PRE_TOPK: i32 = 1;
+pub const MOE_SCORE_SIGMOID: i32 = 2;
+pub const MOE_SCORE_SQRTSOFTPLUS: i32 = 3;
+pub const MOE_AUX_NONE: i32 = 0;
+pub const MOE_AUX_SWITCH: i32 = 1;
+pub const MOE_AUX_SEQUENCE: i32 = 2;
+pub const MOE_AUX_GLOBAL: i32 = 3;
+pub const MOE_DROP_PROBS: i32 = 0;
+pub const MOE_DROP_POSITION: i32 = 1;
+pub const MOE_DTYPE_FP32: i32 = 0;
+pub const MOE_DTYPE_BF16: i32 = 1;
+pub const MOE_DTYPE_FP64: i32 = 2;
+pub const MOE_DTYPE_INT64: i32 = 3;
+pub const MOE_NONFINITE_REJECT: i32 = 0;
+pub const MOE_NONFINITE_PROPAGATE: i32 = 1;
+
+// ---- parameter slots
+pub const MOE_PARAM_ROUTER_WEIGHT: i32 = 0;
+pub const MOE_PARAM_EXPERT_FC1: i32 = 1;
+pub const MOE_PARAM_EXPERT_FC2: i32 = 2;
+pub const MOE_PARAM_SHARED_FC1: i32 = 3;
+pub const MOE_PARAM_SHARED_FC2: i32 = 4;
+pub const MOE_PARAM_SHARED_GATE: i32 = 5;
+pub const MOE_PARAM_EXPERT_BIAS: i32 = 6;
+pub const MOE_PARAM_NUM_SLOTS: i32 = 7;
+pub const MOE_GRAD_ACCUMULATE: i32 = 0;
+pub const MOE_GRAD_OVERWRITE: i32 = 1;
+
+// ---- steps and routing exports
+pub const MOE_STEP_TRAIN: i32 = 0;
+pub const MOE_STEP_EVAL: i32 = 1;
+pub const MOE_STEP_RECOMPUTE: i32 = 2;
+pub const MOE_ROUTING_EXPERT_INDICES: i32 = 0;
+pub const MOE_ROUTING_PROBS: i32 = 1;
+pub const MOE_ROUTING_TOKENS_PER_EXPERT: i32 = 2;
+pub const MOE_ROUTING_KEPT_PER_EXPERT: i32 = 3;
+pub const MOE_ROUTING_DROPPED_MASK: i32 = 4;
+
+// ---- communicators
+pub const MOE_COMM_SELF: i32 = 0;
+pub const MOE_COMM_MPI: i32 = 1;
+pub const MOE_COMM_NCCL: i32 = 2;
+pub const MOE_COMM_HOOKS: i32 = 3;
+
+// ---- layout groups
+pub const MOE_GROUP_TP: i32 = 0;
+pub const MOE_GROUP_CP: i32 = 1;
+pub const MOE_GROUP_DP: i32 = 2;
+pub const MOE_GROUP_PP: i32 = 3;
+pub const MOE_GROUP_ETP: i32 = 4;
+pub const MOE_GROUP_EP: i32 = 5;
+pub const MOE_GROUP_EDP: i32 = 6;
+pub const MOE_GROUP_DP_CP: i32 = 7;
+pub const MOE_GROUP_TP_CP: i32 = 8;
+pub const MOE_GROUP_TP_CP_DP: i32 = 9;
+pub const MOE_GROUP_NUM: i32 = 10;
+
+// ---- expert parallelism and the standalone dispatcher
+pub const MOE_DISPATCHER_ALL_TO_ALL: i32 = 0;
+pub const MOE_DISPATCHER_ALL_GATHER: i32 = 1;
+pub const MOE_COMBINE_WEIGHTED: i32 = 0;
+pub const MOE_COMBINE_UNWEIGHTED: i32 = 1;

@@ -1,0 +1,162 @@
+//! Opaque handles and the config / statistics structs. Config structs begin with
+//! {struct_size, api_version, next}: fill them with the matching `*_init` first.
+use std::ffi::{c_char, c_void};
+
+use crate::constants::MOE_MEM_NUM_CATEGORIES;
+use crate::hooks::{moe_allocator, moe_logger, moe_profiler};
+
+macro_rules! opaque {
+    ($($name:ident),*) => {$(
+        /// Opaque handle; only ever used behind a pointer.
+        #[repr(C)]
+        pub struct $name {
+            _private: [u8; 0],
+            // not Send, Sync or Unpin: the C object is only reached through raw pointers
+            _marker: core::marker::PhantomData<(*mut u8, core::marker::PhantomPinned)>,
+        }
+    )*};
+}
+opaque!(moe_context, moe_layer, moe_step, moe_comm, moe_layout, moe_dispatcher, moe_dispatch);
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_context_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub device_type: i32,
+    pub device_id: i32,
+    pub num_threads: i32,
+    pub reserved0: i32,
+    pub allocator: *const moe_allocator,
+    pub logger: *const moe_logger,
+    pub profiler: *const moe_profiler,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct moe_memory_stats {
+    pub struct_size: u32,
+    pub reserved: u32,
+    pub current_bytes: [i64; MOE_MEM_NUM_CATEGORIES],
+    pub peak_bytes: [i64; MOE_MEM_NUM_CATEGORIES],
+    pub total_current_bytes: i64,
+    pub total_peak_bytes: i64,
+    pub num_allocations: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_layer_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub hidden_size: i64,
+    pub ffn_hidden_size: i64,
+    pub num_experts: i32,
+    pub top_k: i32,
+    pub activation: i32,
+    pub score_function: i32,
+    pub num_groups: i32,
+    pub group_topk: i32,
+    pub scaling_factor: f32,
+    pub expert_bias: i32,
+    pub bias_update_rate: f32,
+    pub aux_loss_type: i32,
+    pub aux_loss_coeff: f32,
+    pub seq_length: i64,
+    pub z_loss_coeff: f32,
+    pub capacity_factor: f32,
+    pub drop_policy: i32,
+    pub pad_to_capacity: i32,
+    pub shared_ffn_hidden_size: i64,
+    pub shared_gate: i32,
+    pub param_dtype: i32,
+    pub nonfinite_policy: i32,
+    pub reserved0: i32,
+    pub seed: u64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_step_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub mode: i32,
+    pub aux_loss_scale: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct moe_routing_stats {
+    pub struct_size: u32,
+    pub reserved: u32,
+    pub num_tokens: i64,
+    pub num_assignments: i64,
+    pub dropped: i64,
+    pub padded_rows: i64,
+    pub capacity: i64,
+    pub aux_loss: f64,
+    pub z_loss: f64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_comm_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub timeout_ms: i32,
+    pub reserved0: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_layout_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub world_size: i32,
+    pub tp: i32,
+    pub cp: i32,
+    pub dp: i32,
+    pub pp: i32,
+    pub etp: i32,
+    pub ep: i32,
+    pub order: *const c_char,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_parallel_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub ep_comm: *mut moe_comm,
+    pub etp_comm: *mut moe_comm,
+    pub aux_comm: *mut moe_comm,
+    pub edp_comm: *mut moe_comm,
+    pub dp_comm: *mut moe_comm,
+    pub bias_comm: *mut moe_comm,
+    pub dispatcher: i32,
+    pub num_chunks: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_dispatcher_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub kind: i32,
+    pub dtype: i32,
+    pub hidden: i64,
+    pub num_experts: i32,
+    pub top_k: i32,
+    pub capacity_factor: f64,
+    pub drop_policy: i32,
+    pub pad_to_capacity: i32,
+    pub combine: i32,
+    pub reserved0: i32,
+}

@@ -1,0 +1,164 @@
+//! `Context`: a device binding (CPU), thread count, hooks and the memory ledger. Layers, comms and
+//! dispatchers are created from it; they keep the C context alive, so the `Context` handle may be
+//! dropped before them.
+use std::sync::{Arc, Mutex};
+
+use moe_sys as sys;
+
+use crate::callbacks::{self, Allocator, LogLevel, RangeEvent};
+use crate::error::{check_no_context, Error, Result};
+use crate::unit::{FailureSlot, NotSync, Unit};
+
+pub struct Context {
+    pub(crate) unit: Arc<Unit>,
+    _not_sync: NotSync,
+}
+
+/// Builds a context: defaults from `moe_context_config_init`, then what the builder sets.
+#[derive(Default)]
+pub struct ContextBuilder {
+    num_threads: i32,
+    logger: Option<(LogLevel, callbacks::LogFn)>,
+    allocator: Option<Box<dyn Allocator>>,
+    profiler: Option<callbacks::ProfileFn>,
+}
+
+impl ContextBuilder {
+    /// CPU worker threads; 0 = one per online core (results do not depend on it).
+    pub fn num_threads(mut self, n: usize) -> Self {
+        self.num_threads = i32::try_from(n).unwrap_or(i32::MAX);
+        self
+    }
+
+    /// Messages of `level <= max_level` go to `f` (every error is logged at `LogLevel::Error`).
+    pub fn logger(mut self, max_level: LogLevel, f: impl FnMut(LogLevel, &str) + Send + 'static) -> Self {
+        self.logger = Some((max_level, Box::new(f)));
+        self
+    }
+
+    /// Every engine allocation of this context goes through `a`; it is dropped when the C context
+    /// goes away (after the last layer, view and comm of the context).
+    pub fn allocator(mut self, a: impl Allocator) -> Self {
+        self.allocator = Some(Box::new(a));
+        self
+    }
+
+    /// Named ranges around the engine's phases.
+    pub fn profiler(mut self, f: impl FnMut(RangeEvent<'_>) + Send + 'static) -> Self {
+        self.profiler = Some(Box::new(f));
+        self
+    }
+
+    pub fn build(self) -> Result<Context> {
+        let mut cfg = std::mem::MaybeUninit::<sys::moe_context_config>::zeroed();
+        check_no_context(unsafe {
+            sys::moe_context_config_init(cfg.as_mut_ptr(), std::mem::size_of::<sys::moe_context_config>())
+        })?;
+        let mut cfg = unsafe { cfg.assume_init() };
+        if self.num_threads < 0 {
+            return Err(Error::invalid("num_threads is too large"));
+        }
+        cfg.num_threads = self.num_threads;
+        let failures: FailureSlot = Arc::new(Mutex::new(None));
+        let logger = self.logger.map(|(lvl, f)| callbacks::logger_table(lvl, f, failures.clone()));
+        let allocator = self.allocator.map(|a| callbacks::allocator_table(a, failures.clone()));
+        let profiler = self.profiler.map(|f| callbacks::profiler_table(f, failures.clone()));
+        // the engine copies the tables during create: pointers to these locals suffice
+        if let Some(t) = &logger {
+            cfg.logger = t;
+        }
+        if let Some(t) = &allocator {
+            cfg.allocator = t;
+        }
+        if let Some(t) = &profiler {
+            cfg.profiler = t;
+        }
+        let mut ctx = std::ptr::null_mut();
+        let st = unsafe { sys::moe_context_create(&cfg, &mut ctx) };
+        if st != sys::MOE_OK {
+            // the engine took nothing: free the hook states here
+            unsafe {
+                if let Some(t) = logger {
+                    callbacks::free_unclaimed(t.release, t.user_data);
+                }
+                if let Some(t) = allocator {
+                    callbacks::free_unclaimed(t.release, t.user_data);
+                }
+                if let Some(t) = profiler {
+                    callbacks::free_unclaimed(t.release, t.user_data);
+                }
+            }
+            return Err(check_no_context(st).unwrap_err());
+        }
+        Ok(Context { unit: Unit::new(ctx, failures), _not_sync: NotSync::default() })
+    }
+}
+
+/// Bytes by ledger category and totals (`moe_memory_stats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemoryStats {
+    pub current_bytes: [i64; sys::MOE_MEM_NUM_CATEGORIES],
+    pub peak_bytes: [i64; sys::MOE_MEM_NUM_CATEGORIES],
+    pub total_current_bytes: i64,
+    pub total_peak_bytes: i64,
+    /// live allocations
+    pub num_allocations: i64,
+}
+
+impl Context {
+    /// A CPU context with every default.
+    pub fn new() -> Result<Context> {
+        Context::builder().build()
+    }
+
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder::default()
+    }
+
+    pub fn num_threads(&self) -> Result<usize> {
+        let g = self.unit.enter()?;
+        let mut n = 0;
+        g.check(unsafe { sys::moe_context_num_threads(self.unit.ctx(), &mut n) })?;
+        Ok(n as usize)
+    }
+
+    pub fn memory_stats(&self) -> Result<MemoryStats> {
+        let g = self.unit.enter()?;
+        let mut s = sys::moe_memory_stats {
+            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
+            ..Default::default()
+        };
+        g.check(unsafe { sys::moe_context_memory_stats(self.unit.ctx(), &mut s) })?;
+        Ok(MemoryStats {
+            current_bytes: s.current_bytes,
+            peak_bytes: s.peak_bytes,
+            total_current_bytes: s.total_current_bytes,
+            total_peak_bytes: s.total_peak_bytes,
+            num_allocations: s.num_allocations,
+        })
+    }
+
+    /// The context's last error message ("" if none yet).
+    pub fn last_error(&self) -> String {
+        match self.unit.enter() {
+            Ok(_g) => crate::error::last_message(self.unit.ctx()),
+            Err(e) => e.message().to_owned(),
+        }
+    }
+
+    /// The raw handle, for calls this crate does not wrap. Use it only from the thread that owns
+    /// this `Context`, and never after the context was dropped.
+    pub fn as_raw(&self) -> *mut sys::moe_context {
+        self.unit.ctx()
+    }
+
+    pub(crate) fn same_unit(&self, other: &Arc<Unit>) -> bool {
+        Arc::ptr_eq(&self.unit, other)
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("raw", &self.unit.ctx()).finish()
+    }
+}

@@ -1,0 +1,49 @@
+//! Safe Rust API for libmoe, a Mixture-of-Experts layer training engine (C ABI in abi/moe.h).
+//!
+//! - Handles (`Context`, `Layer`, `Step`, `Comm`, `Dispatcher`, `Dispatch`, `Exported`) own one C
+//!   reference each and release it on `Drop`. The C library reference-counts contexts, layers and
+//!   comms, so handles may be dropped in any order: a step or an exported view keeps its layer's
+//!   storage alive, a layer keeps its context and comms alive.
+//! - Handles are `Send` but not `Sync`. libmoe wants a context and everything created from it used
+//!   by one thread at a time; every call takes the context's lock, so handles of one context that
+//!   moved to different threads take turns.
+//! - Every fallible call returns `Result<_, moe::Error>` carrying the status and the engine's message.
+//! - Callbacks (logger, allocator, profiler, comm hooks) are Rust closures; a panic in one never
+//!   unwinds into C: it fails the libmoe call that ran it with `Status::Callback`.
+//! - Tensors are DLPack views over Rust slices: `TensorRef<'a, T>` borrows `&'a [T]`, `TensorMut<'a, T>`
+//!   borrows `&'a mut [T]`.
+
+mod callbacks;
+mod comm;
+mod comm_hooks;
+mod config;
+mod context;
+mod dispatcher;
+mod error;
+mod exported;
+mod layer;
+mod layout;
+mod step;
+mod tensor;
+mod unit;
+mod version;
+
+pub use callbacks::{Allocator, LogLevel, RangeEvent};
+pub use comm::{Comm, CommConfig, CommKind};
+pub use comm_hooks::{AllGatherV, AllToAllV, CommHooks, HookResult, ReduceBuf};
+pub use config::{
+    Activation, AuxLoss, DType, DispatcherKind, DropPolicy, GradMode, LayerConfig, NonfinitePolicy, Param, Routing,
+    ScoreFunction, StepConfig, StepMode,
+};
+pub use context::{Context, ContextBuilder, MemoryStats};
+pub use dispatcher::{Combine, Dispatch, DispatchInfo, Dispatcher, DispatcherConfig};
+pub use error::{Error, Result, Status};
+pub use exported::Exported;
+pub use layer::{Layer, ParallelConfig};
+pub use layout::{Group, Layout, LayoutConfig, LayoutSizes};
+pub use step::{RoutingStats, Step};
+pub use tensor::{Bf16, Element, TensorMut, TensorRef};
+pub use version::{build_features, version_number, version_string};
+
+/// The raw FFI crate, for what the safe API does not wrap.
+pub use moe_sys as sys;

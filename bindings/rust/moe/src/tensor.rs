@@ -1,0 +1,167 @@
+//! DLPack views over Rust memory. `TensorRef<'a, T>` borrows `&'a [T]` (inputs),
+//! `TensorMut<'a, T>` borrows `&'a mut [T]` (outputs): the borrow checker then rejects freeing or
+//! reading an output buffer while the view that the library writes through is alive.
+use std::ffi::c_void;
+
+use moe_sys as sys;
+
+use crate::error::{Error, Result};
+
+/// Element types libmoe exchanges, with their DLPack dtype.
+///
+/// # Safety
+/// `DTYPE` must describe `Self` exactly (size `bits / 8`, one lane, plain old data).
+pub unsafe trait Element: Copy + Send + 'static {
+    const DTYPE: sys::DLDataType;
+}
+
+macro_rules! element {
+    ($t:ty, $code:expr, $bits:expr) => {
+        unsafe impl Element for $t {
+            const DTYPE: sys::DLDataType = sys::DLDataType { code: $code, bits: $bits, lanes: 1 };
+        }
+    };
+}
+element!(f32, sys::kDLFloat, 32);
+element!(f64, sys::kDLFloat, 64);
+element!(i32, sys::kDLInt, 32);
+element!(i64, sys::kDLInt, 64);
+element!(u8, sys::kDLUInt, 8);
+element!(Bf16, sys::kDLBfloat, 16);
+
+/// A bfloat16 value (bf16 layers), stored as its bits.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bf16(pub u16);
+
+impl Bf16 {
+    /// Round to nearest even, like the engine's fp32 -> bf16 import.
+    pub fn from_f32(v: f32) -> Bf16 {
+        let b = v.to_bits();
+        if v.is_nan() {
+            return Bf16(((b >> 16) | 0x40) as u16);
+        }
+        let round = 0x7FFF + ((b >> 16) & 1);
+        Bf16((b.wrapping_add(round) >> 16) as u16)
+    }
+
+    pub fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+}
+
+const MAX_DIMS: usize = 8;
+
+/// A shape stored inline, so a view needs no allocation.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    dims: [i64; MAX_DIMS],
+    ndim: usize,
+}
+
+impl Shape {
+    fn new(shape: &[usize], len: usize) -> Result<Shape> {
+        if shape.len() > MAX_DIMS {
+            return Err(Error::invalid(format!("tensor has {} dimensions; at most {MAX_DIMS} are supported", shape.len())));
+        }
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if numel != Some(len) {
+            return Err(Error::invalid(format!("shape {shape:?} does not match a buffer of {len} elements")));
+        }
+        let mut dims = [0i64; MAX_DIMS];
+        for (d, &s) in dims.iter_mut().zip(shape) {
+            *d = i64::try_from(s).map_err(|_| Error::invalid("dimension exceeds i64"))?;
+        }
+        Ok(Shape { dims, ndim: shape.len() })
+    }
+
+    fn dl(&self, data: *mut c_void, dtype: sys::DLDataType) -> sys::DLTensor {
+        sys::DLTensor {
+            data,
+            device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+            ndim: self.ndim as i32,
+            dtype,
+            // the library reads shapes through a mutable pointer type but never writes them
+            shape: self.dims.as_ptr() as *mut i64,
+            strides: std::ptr::null_mut(),
+            byte_offset: 0,
+        }
+    }
+
+    fn dims(&self) -> Vec<usize> {
+        self.dims[..self.ndim].iter().map(|&d| d as usize).collect()
+    }
+}
+
+/// A read-only, contiguous row-major CPU tensor borrowing `&'a [T]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorRef<'a, T: Element> {
+    data: &'a [T],
+    shape: Shape,
+}
+
+impl<'a, T: Element> TensorRef<'a, T> {
+    /// Fails (INVALID_ARGUMENT) when the product of `shape` is not `data.len()`.
+    pub fn new(data: &'a [T], shape: &[usize]) -> Result<Self> {
+        Ok(TensorRef { data, shape: Shape::new(shape, data.len())? })
+    }
+
+    /// A 1-D tensor of the whole slice.
+    pub fn vector(data: &'a [T]) -> Self {
+        TensorRef { data, shape: Shape::new(&[data.len()], data.len()).expect("1-D shape") }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        self.shape.dims()
+    }
+
+    pub fn data(&self) -> &'a [T] {
+        self.data
+    }
+
+    /// The DLTensor the C calls read; it points into `self` and must not outlive it.
+    pub(crate) fn dl(&self) -> sys::DLTensor {
+        self.shape.dl(self.data.as_ptr() as *mut c_void, T::DTYPE)
+    }
+}
+
+/// A writable, contiguous row-major CPU tensor borrowing `&'a mut [T]` (outputs).
+#[derive(Debug)]
+pub struct TensorMut<'a, T: Element> {
+    data: &'a mut [T],
+    shape: Shape,
+}
+
+impl<'a, T: Element> TensorMut<'a, T> {
+    pub fn new(data: &'a mut [T], shape: &[usize]) -> Result<Self> {
+        let shape = Shape::new(shape, data.len())?;
+        Ok(TensorMut { data, shape })
+    }
+
+    pub fn vector(data: &'a mut [T]) -> Self {
+        let n = data.len();
+        TensorMut { data, shape: Shape::new(&[n], n).expect("1-D shape") }
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        self.shape.dims()
+    }
+
+    pub fn data(&self) -> &[T] {
+        self.data
+    }
+
+    pub fn data_mut(&mut self) -> &mut [T] {
+        self.data
+    }
+
+    /// A read-only view of the same memory (e.g. to pass an output on as the next call's input).
+    pub fn as_ref(&self) -> TensorRef<'_, T> {
+        TensorRef { data: self.data, shape: self.shape }
+    }
+
+    /// The DLTensor the C calls write; `&mut self` keeps the borrow exclusive while it is used.
+    pub(crate) fn dl(&mut self) -> sys::DLTensor {
+        self.shape.dl(self.data.as_mut_ptr().cast(), T::DTYPE)
+    }
+}
