@@ -43,9 +43,6 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     if (par.num_chunks > 1 && par.dispatcher != MOE_DISPATCHER_ALL_TO_ALL)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "par.num_chunks = %d needs par.dispatcher = "
                           "MOE_DISPATCHER_ALL_TO_ALL (the all-gather dispatcher does not chunk)", par.num_chunks);
-    if (par.num_chunks > 1)
-        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "par.num_chunks = %d: chunked dispatch/compute overlap is not "
-                          "implemented in this version; use 0 or 1", par.num_chunks);
     int32_t ep = par.ep_comm ? par.ep_comm->size : 1, etp = par.etp_comm ? par.etp_comm->size : 1;
     if (L->E % ep != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "cfg.num_experts = %d is not divisible by the EP size %d "
@@ -62,7 +59,9 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     L->F_local = L->F / etp;
     L->F1_local = L->gated ? 2 * L->F_local : L->F_local;
     L->num_chunks = par.num_chunks > 1 ? par.num_chunks : 1;
-    L->disp = (ep == 1 && etp == 1) ? &moe_dispatch_local : moe_dispatcher_find(par.dispatcher);
+    /* one rank with chunks still runs the chunked pipeline (nothing to overlap, same result), so that
+     * num_chunks means the same thing on every layout */
+    L->disp = (ep == 1 && etp == 1 && L->num_chunks == 1) ? &moe_dispatch_local : moe_dispatcher_find(par.dispatcher);
     if (!L->disp)
         return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "par.dispatcher = %d is not available in this build", par.dispatcher);
     moe_comm **dst[6] = {&L->ep_comm, &L->etp_comm, &L->aux_comm, &L->edp_comm, &L->dp_comm, &L->bias_comm};

@@ -52,13 +52,39 @@ static int32_t router_backward(moe_layer *L, moe_step *step, const moe_exec *e)
     return MOE_OK;
 }
 
+/* Unchunked expert data gradient: dY_r = dispatch_grad(dy), dh, (dz, dp_r), then combine_grad into
+ * dxs [T,H] (=) and tape.dprobs. */
+static int32_t experts_data_grad(moe_layer *L, moe_step *step, const moe_exec *e, void *dxs)
+{
+    moe_context *ctx = L->ctx;
+    moe_step_tape *tp = &step->tape;
+    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
+    moe_range_push(ctx, "moe.experts.backward_data");
+    TRY(L->disp->dispatch_grad(L, step, tp->dys.p, tp->dyr.p));
+    void *dh = tp->h.p;      /* [Rx,Fl] */
+    void *dxr = tp->rows.p;  /* [Rx,H] */
+    void *dprow = tp->tok.p; /* [Rx] */
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, Fl, H, 1.0, tp->dyr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
+       H * Fl, 0.0, dh);
+    OP(act_bwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, dh, tp->dz.p, dprow);
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, H, F1l, 1.0, tp->dz.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
+       F1l * H, 0.0, dxr);
+    moe_range_pop(ctx);
+
+    /* ---- combine backward: dx rows back to their tokens, dp back to their assignments ---- */
+    moe_range_push(ctx, "moe.combine.backward");
+    TRY(L->disp->combine_grad(L, step, dxr, dprow, dxs, tp->dprobs.p));
+    moe_range_pop(ctx);
+    return MOE_OK;
+}
+
 int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *dy, void *dx, void *stream)
 {
     moe_context *ctx = L->ctx;
     moe_exec ex = moe_context_exec(ctx, stream);
     moe_exec *e = &ex;
     moe_step_tape *tp = &step->tape;
-    const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
+    const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, F1l = L->F1_local;
     const int32_t K = L->K;
     const int32_t cdt = L->ops->dtype;
     const size_t es = L->ops->elem_size;
@@ -85,23 +111,15 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         if (!finite) return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
     }
 
-    /* ---- experts, data gradient ---- */
-    moe_range_push(ctx, "moe.experts.backward_data");
-    TRY(L->disp->dispatch_grad(L, step, tp->dys.p, tp->dyr.p));
-    void *dh = tp->h.p;      /* [Rx,Fl] */
-    void *dxr = tp->rows.p;  /* [Rx,H] */
-    void *dprow = tp->tok.p; /* [Rx] */
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, Fl, H, 1.0, tp->dyr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
-       H * Fl, 0.0, dh);
-    OP(act_bwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, dh, tp->dz.p, dprow);
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, H, F1l, 1.0, tp->dz.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
-       F1l * H, 0.0, dxr);
-    moe_range_pop(ctx);
-
-    /* ---- combine backward: dx rows back to their tokens, dp back to their assignments ---- */
-    moe_range_push(ctx, "moe.combine.backward");
-    TRY(L->disp->combine_grad(L, step, dxr, dprow, dxs, tp->dprobs.p));
-    moe_range_pop(ctx);
+    const moe_chunked_ops *chunked = L->num_chunks > 1 ? moe_dispatcher_chunked(L->disp) : NULL;
+    if (chunked) {
+        /* dispatch_grad, expert data gradient and combine_grad pipelined over token chunks */
+        moe_range_push(ctx, "moe.experts.backward_data");
+        TRY(chunked->backward_data(L, step, tp->dys.p, dxs, tp->dprobs.p));
+        moe_range_pop(ctx);
+    } else {
+        TRY(experts_data_grad(L, step, e, dxs));
+    }
 
     moe_range_push(ctx, "moe.router.backward");
     TRY(router_backward(L, step, e));

@@ -23,10 +23,15 @@
  *
  * Tape (dbuf): [0] counts and collective scratch (int64), [1] perm_a [N], [2] perm_b [Rx] (Q > 1),
  * [3..6] staging, released at the end of each call. Rows move with host memcpy (CPU backend).
+ *
+ * With num_chunks > 1 the layer runs the chunked pipeline instead of the four row functions
+ * (moe_dispatcher_chunked: dispatch_chunks.c, experts_chunked.c); it keeps the same expert-row order,
+ * so expert_input serves both.
  */
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/dispatch_chunks.h"
 #include "core/dispatcher.h"
 
 enum { META = 0, PERM_A = 1, PERM_B = 2, STAGE1 = 3, STAGE2 = 4, STAGE3 = 5, STAGE4 = 6 };
@@ -424,3 +429,11 @@ static int32_t a2a_expert_input(moe_layer *L, moe_step *s, const void **x)
 const moe_dispatcher_ops moe_dispatch_all_to_all = {
     "all-to-all", a2a_dispatch, a2a_combine, a2a_dispatch_grad, a2a_combine_grad, a2a_expert_input,
 };
+
+/* num_chunks > 1: dispatch_chunks.c (exchanges), experts_chunked.c (pipelines) */
+static const moe_chunked_ops a2a_chunked = {moe_chunked_forward, moe_chunked_backward_data};
+
+const moe_chunked_ops *moe_dispatcher_chunked(const moe_dispatcher_ops *d)
+{
+    return d == &moe_dispatch_all_to_all ? &a2a_chunked : NULL;
+}

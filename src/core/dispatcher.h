@@ -36,6 +36,17 @@ typedef struct moe_dispatcher_ops {
 extern const moe_dispatcher_ops moe_dispatch_local;
 /* The dispatcher of a MOE_DISPATCHER_* kind (src/core/dispatch_registry.c); NULL if not built. */
 const moe_dispatcher_ops *moe_dispatcher_find(int32_t kind);
+/* The expert block pipelined over L->num_chunks token chunks (docs/parallel.md, "Overlap"), with the
+ * same results as dispatch -> experts -> combine (and dispatch_grad -> expert data gradient ->
+ * combine_grad). forward: after the plan, sets Rx, xoff, xr, pr, z and writes ys [T,H] (=).
+ * backward_data: dys [T,H] -> dxs [T,H] (=), dprobs [T,K] (=), filling dyr and dz so that the weights
+ * phase runs unchanged (through expert_input). */
+typedef struct moe_chunked_ops {
+    int32_t (*forward)(moe_layer *L, moe_step *s, void *ys);
+    int32_t (*backward_data)(moe_layer *L, moe_step *s, const void *dys, void *dxs, void *dprobs);
+} moe_chunked_ops;
+/* The chunked pipeline of dispatcher d; NULL when d does not chunk (only the all-to-all one does). */
+const moe_chunked_ops *moe_dispatcher_chunked(const moe_dispatcher_ops *d);
 /* dprobs [T,K] (=) from per-row dp [R] of the local plan (0 for dropped assignments). */
 int32_t moe_gather_dprobs(moe_layer *L, moe_step *s, const void *dprows, void *dprobs);
 

@@ -108,6 +108,32 @@ static void aux_loss(moe_layer *L, moe_step *step, int64_t T, double T_tot)
     step->aux_loss = loss;
 }
 
+/* Unchunked expert block: z = x W1_e^T [Rx,F1]; h = p * act(z) [Rx,F]; y_r = h W2_e^T [Rx,H]
+ * (F, F1 of this rank's ETP shard: the outputs are partial sums over the shards), then combine:
+ * ys[t] = sum over t's kept rows (k order). */
+static int32_t experts_and_combine(moe_layer *L, moe_step *step, const moe_exec *e, void *ys)
+{
+    moe_context *ctx = L->ctx;
+    moe_step_tape *tp = &step->tape;
+    const size_t es = L->ops->elem_size;
+    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
+    TRY(moe_step_need(step, &tp->z, Rx * F1l, es));
+    TRY(moe_step_need(step, &tp->h, Rx * Fl > step->T * L->Fs ? Rx * Fl : step->T * L->Fs, es));
+    TRY(moe_step_need(step, &tp->rows, Rx * (H > F1l ? H : F1l), es));
+    moe_range_push(ctx, "moe.experts");
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, F1l, H, 1.0, tp->xr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
+       F1l * H, 0.0, tp->z.p);
+    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
+    void *yr = tp->rows.p;
+    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, H, Fl, 1.0, tp->h.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
+       H * Fl, 0.0, yr);
+    moe_range_pop(ctx);
+    moe_range_push(ctx, "moe.combine");
+    TRY(L->disp->combine(L, step, yr, ys));
+    moe_range_pop(ctx);
+    return MOE_OK;
+}
+
 int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const void *x, void *y, void *stream)
 {
     moe_context *ctx = L->ctx;
@@ -169,30 +195,22 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     const int64_t *slot_row = tp->slot_row.p;
     uint8_t *dropped = tp->dropped.p;
     for (int64_t i = 0; i < T * K; i++) dropped[i] = slot_row[i] < 0;
-    TRY(L->disp->dispatch(L, step));
-    moe_range_pop(ctx);
-
-    /* ---- experts: z = x W1_e^T [Rx,F1]; h = p * act(z) [Rx,F]; y_r = h W2_e^T [Rx,H]
-     * (F, F1 of this rank's ETP shard: the outputs are partial sums over the shards) ---- */
-    const int64_t Rx = step->Rx, Fl = L->F_local, F1l = L->F1_local;
-    TRY(moe_step_need(step, &tp->z, Rx * F1l, es));
-    TRY(moe_step_need(step, &tp->h, Rx * Fl > T * L->Fs ? Rx * Fl : T * L->Fs, es));
-    TRY(moe_step_need(step, &tp->rows, Rx * (H > F1l ? H : F1l), es));
-    moe_range_push(ctx, "moe.experts");
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, F1l, H, 1.0, tp->xr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
-       F1l * H, 0.0, tp->z.p);
-    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
-    void *yr = tp->rows.p;
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 1, H, Fl, 1.0, tp->h.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
-       H * Fl, 0.0, yr);
-    moe_range_pop(ctx);
-
-    /* ---- combine: y[t] = sum over t's kept rows (k order); written straight into y when the
-     * host dtype is the compute dtype ---- */
-    moe_range_push(ctx, "moe.combine");
     void *ys = (L->dtype == cdt) ? y : tp->tok.p;
-    TRY(L->disp->combine(L, step, yr, ys));
-    moe_range_pop(ctx);
+    const moe_chunked_ops *chunked = L->num_chunks > 1 ? moe_dispatcher_chunked(L->disp) : NULL;
+    if (chunked) {
+        /* dispatch, experts and combine pipelined over token chunks (same result, overlapped exchanges) */
+        moe_range_pop(ctx);
+        moe_range_push(ctx, "moe.experts.chunked");
+        TRY(chunked->forward(L, step, ys));
+        moe_range_pop(ctx);
+    } else {
+        TRY(L->disp->dispatch(L, step));
+        moe_range_pop(ctx);
+        TRY(experts_and_combine(L, step, e, ys));
+    }
+    /* backward_weights recomputes h [Rx,Fl]; the shared expert uses it as [T,Fs] */
+    const int64_t hn = step->Rx * L->F_local > T * L->Fs ? step->Rx * L->F_local : T * L->Fs;
+    TRY(moe_step_need(step, &tp->h, hn, es));
 
     /* ---- shared expert: y += W2s (g * act(W1s x)), g = sigma(x . w_g) when gated ---- */
     if (L->Fs > 0) {

@@ -18,10 +18,14 @@
  * Expert EXPERT_DEAD never receives a token: the first input feature is shifted into [0.5, 2.5) and that
  * expert's router row is (-40, 0, ..., 0), so its logit is below every other expert's.
  *
- * Usage: test_layer_ep [--chunked]     (--chunked: the cases with par.num_chunks = 2 only)
- * Rank 0 prints one line per case and "N passed, M failed, S skipped"; the exit status is non-zero on
- * failure. A chunked case is skipped (not failed) when moe_layer_create_parallel answers
- * MOE_ERR_UNSUPPORTED on every rank (a build without chunked overlap).
+ * Chunked cases (--chunked: par.num_chunks = 2, 3 and 50, the all-to-all dispatcher only; 50 chunks
+ * is more than any rank's token count, so most chunks are empty) also run an unchunked layer on the
+ * same ranks and require y, dx and every gradient to be bitwise equal to it, and count the EP
+ * all-to-alls of the step (MPI_Ialltoallv, intercepted through the MPI profiling interface): a chunked
+ * step must make 1 + 4C of them (none with one EP rank), so chunking that silently does nothing fails.
+ *
+ * Usage: test_layer_ep [--chunked]
+ * Rank 0 prints one line per case and "N passed, M failed"; the exit status is non-zero on failure.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,6 +39,7 @@
 
 enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_GLOB = 45, EXPERT_DEAD = 5, MSG = 512 };
 #define TOL 1e-5
+#define CHUNK_TOL 1e-6 /* chunked vs unchunked, same ranks (fp32 GEMM kernels may depend on the row count) */
 #define SEED 1234u
 #define TIMEOUT_MS 15000
 
@@ -360,6 +365,105 @@ static void free_comms(comms *cm)
 
 static const char *disp_name(int d) { return d == MOE_DISPATCHER_ALL_TO_ALL ? "a2a" : "ag"; }
 
+/* The case's parallel layer with par.num_chunks = chunks (same seed and dead expert on every rank). */
+static int32_t make_layer(const test_case *c, const comms *cm, moe_context *ctx, int chunks, moe_layer **layer,
+                          char *msg)
+{
+    moe_layer_config cfg = make_config(c);
+    moe_parallel_config par;
+    moe_parallel_config_init(&par, sizeof par);
+    int D = g_size / (c->ep * c->etp);
+    par.ep_comm = c->null_comms && c->ep == 1 ? NULL : cm->ep;
+    par.etp_comm = c->null_comms && c->etp == 1 ? NULL : cm->etp;
+    par.aux_comm = cm->world;
+    par.edp_comm = c->null_comms && D == 1 ? NULL : cm->edp;
+    par.dp_comm = cm->world;
+    par.dispatcher = c->dispatcher;
+    par.num_chunks = chunks;
+    int32_t st = moe_layer_create_parallel(ctx, &cfg, &par, layer);
+    if (st) last_error(ctx, msg, "moe_layer_create_parallel", st);
+    if (!st) st = kill_expert(*layer);
+    return st;
+}
+
+/* MPI_Ialltoallv calls of this process (the MPI communicator issues every all-to-all through it):
+ * intercepted through the MPI profiling interface, so the test sees how many exchanges a step made. */
+static long g_alltoalls;
+int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                   void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request *request)
+{
+    g_alltoalls++;
+    return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+                           request);
+}
+
+/* What the chunked layer produced on this rank: y, dx and the gradients after the reduction. */
+typedef struct outputs {
+    const float *y, *dx, *router, *fc1, *fc2, *s1, *s2, *sg;
+    int64_t n_tok, n1, n2;
+} outputs;
+
+/* The chunked run against an unchunked layer (num_chunks = 0) on the same ranks, comms and data: y, dx
+ * and every gradient must be bitwise equal (the chunked path keeps every row's position and the
+ * expert GEMMs are row-wise), and the step must have made the exchanges chunking implies:
+ * 1 + 4C EP all-to-alls with C chunks (the counts, then C per direction in forward and in backward)
+ * against 5 unchunked; none when the EP group is one rank. */
+static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context *ctx, float *x, float *dy, int64_t T,
+                               const outputs *got, long chunked_calls, double *max_err, char *msg)
+{
+    moe_layer *layer = NULL;
+    int32_t st = make_layer(c, cm, ctx, 0, &layer, msg);
+    float *y = calloc((size_t)got->n_tok + 1, sizeof(float)), *dx = calloc((size_t)got->n_tok + 1, sizeof(float));
+    float *buf = malloc(sizeof(float) * (size_t)(got->n1 > E * H ? got->n1 : E * H));
+    double aux = 0;
+    int64_t dropped = 0;
+    long before = g_alltoalls;
+    if (!st) st = run_step(layer, x, dy, y, dx, T, &aux, &dropped, ctx, msg);
+    long calls = g_alltoalls - before;
+    if (!st) st = moe_layer_reduce_grads(layer, NULL);
+    const char *diff = NULL;
+    double err = 0;
+    if (!st) {
+        err = dmax(rel_err(got->y, y, got->n_tok), rel_err(got->dx, dx, got->n_tok));
+        if (err > CHUNK_TOL) diff = "y / dx";
+    }
+    struct {
+        int32_t slot;
+        const float *v;
+        int64_t n;
+        const char *name;
+    } g[6] = {{MOE_PARAM_ROUTER_WEIGHT, got->router, E * H, "router grad"}, {MOE_PARAM_EXPERT_FC1, got->fc1, got->n1, "fc1 grad"},
+              {MOE_PARAM_EXPERT_FC2, got->fc2, got->n2, "fc2 grad"},      {MOE_PARAM_SHARED_FC1, got->s1, 2 * FS * H, "shared fc1 grad"},
+              {MOE_PARAM_SHARED_FC2, got->s2, H * FS, "shared fc2 grad"}, {MOE_PARAM_SHARED_GATE, got->sg, H, "shared gate grad"}};
+    for (int i = 0; i < (c->shared ? 6 : 3) && !st && !diff; i++) {
+        st = copy_slot(layer, g[i].slot, 1, buf, g[i].n);
+        if (!st) {
+            double e = rel_err(g[i].v, buf, g[i].n);
+            err = dmax(err, e);
+            if (e > CHUNK_TOL) diff = g[i].name;
+        }
+    }
+    long want_chunked = c->ep > 1 ? 1 + 4L * c->chunks : 0, want_plain = c->ep > 1 ? 5 : 0;
+    if (st) {
+        if (!msg[0]) last_error(ctx, msg, "unchunked comparison run", st);
+    } else if (diff) {
+        snprintf(msg, MSG, "chunked %s differs from the unchunked run on the same ranks by %.2e (bound %.0e)", diff, err,
+                 CHUNK_TOL);
+        st = MOE_ERR_INTERNAL;
+    } else if (chunked_calls != want_chunked || calls != want_plain) {
+        snprintf(msg, MSG, "EP all-to-alls per step: chunked %ld (expected %ld), unchunked %ld (expected %ld)",
+                 chunked_calls, want_chunked, calls, want_plain);
+        st = MOE_ERR_INTERNAL;
+    }
+    *max_err = err;
+    free(y);
+    free(dx);
+    free(buf);
+    moe_layer_destroy(layer);
+    return st;
+}
+
 /* Runs one case on every rank; returns 1 (rank 0: pass) / 0 (fail). */
 static int run_case(const test_case *c)
 {
@@ -392,29 +496,16 @@ static int run_case(const test_case *c)
     if (!st) st = make_comms(ctx, c, &cm, msg);
     moe_layer *layer = NULL;
     if (!agree(st, msg, &failed_early)) {
-        moe_layer_config cfg = make_config(c);
-        moe_parallel_config par;
-        moe_parallel_config_init(&par, sizeof par);
-        int D = g_size / (c->ep * c->etp);
-        par.ep_comm = c->null_comms && c->ep == 1 ? NULL : cm.ep;
-        par.etp_comm = c->null_comms && c->etp == 1 ? NULL : cm.etp;
-        par.aux_comm = cm.world;
-        par.edp_comm = c->null_comms && D == 1 ? NULL : cm.edp;
-        par.dp_comm = cm.world;
-        par.dispatcher = c->dispatcher;
-        par.num_chunks = c->chunks;
-        st = moe_layer_create_parallel(ctx, &cfg, &par, &layer);
-        if (st) last_error(ctx, msg, "moe_layer_create_parallel", st);
-        if (!st) st = kill_expert(layer);
+        st = make_layer(c, &cm, ctx, c->chunks, &layer, msg);
     }
     double aux = 0;
     int64_t dropped = 0;
-    int32_t before_create = failed_early;
-    int created = !agree(st, msg, &failed_early);
-    /* a build that does not chunk yet rejects num_chunks > 1 with MOE_ERR_UNSUPPORTED: skipped, not failed */
-    int skipped = !created && !before_create && c->chunks > 1 && failed_early == MOE_ERR_UNSUPPORTED;
-    if (created) {
+    long chunked_calls = 0;
+    double chunk_err = 0;
+    if (!agree(st, msg, &failed_early)) {
+        long before = g_alltoalls;
         st = run_step(layer, xg + t0 * H, dyg + t0 * H, y, dx, T, &aux, &dropped, ctx, msg);
+        chunked_calls = g_alltoalls - before;
         if (!agree(st, msg, &failed_early)) {
             st = moe_layer_reduce_grads(layer, NULL);
             if (st) last_error(ctx, msg, "moe_layer_reduce_grads", st);
@@ -434,6 +525,12 @@ static int run_case(const test_case *c)
             if (!st) st = copy_slot(layer, MOE_PARAM_SHARED_GATE, 1, gsg, H);
         }
         if (st) last_error(ctx, msg, "parameter export", st);
+    }
+    if (c->chunks > 1 && !agree(st, msg, &failed_early)) {
+        outputs got = {y, dx, g_router, g1, g2, gs1, gs2, gsg, T * H, n1, n2};
+        st = check_unchunked(c, &cm, ctx, xg + t0 * H, dyg + t0 * H, T, &got, chunked_calls, &chunk_err, msg);
+        double mine = chunk_err;
+        MPI_Allreduce(&mine, &chunk_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
     if (!agree(st, msg, &failed_early)) {
         /* gather everything on rank 0 */
@@ -558,9 +655,12 @@ static int run_case(const test_case *c)
         int n = snprintf(tok, sizeof tok, "T=[");
         for (int r = 0; r < g_size && n < 100; r++) n += snprintf(tok + n, sizeof tok - (size_t)n, r ? ",%lld" : "%lld", (long long)count[r]);
         snprintf(tok + n, sizeof tok - (size_t)n, "]");
-        printf("%-4s np=%d ep=%d etp=%d dp=%d %-3s %-11s shared=%d chunks=%d comms=%s %s: %s\n", ok ? "ok" : skipped ? "SKIP" : "FAIL",
+        char chunk_note[64] = "";
+        if (c->chunks > 1 && errs[0])
+            snprintf(chunk_note, sizeof chunk_note, "; vs unchunked %.1e%s", chunk_err, chunk_err == 0 ? " (bitwise)" : "");
+        printf("%-4s np=%d ep=%d etp=%d dp=%d %-3s %-11s shared=%d chunks=%d comms=%s %s: %s%s\n", ok ? "ok" : "FAIL",
                g_size, c->ep, c->etp, g_size / (c->ep * c->etp), disp_name(c->dispatcher), mode_names[c->mode], c->shared,
-               c->chunks, c->null_comms ? "null" : "all ", tok, errs[0] ? errs : msg);
+               c->chunks, c->null_comms ? "null" : "all ", tok, errs[0] ? errs : msg, chunk_note);
         fflush(stdout);
     }
     moe_layer_destroy(layer);
@@ -578,7 +678,7 @@ static int run_case(const test_case *c)
     free(gs1);
     free(gs2);
     free(gsg);
-    return ok ? 1 : skipped ? 2 : 0;
+    return ok;
 }
 
 int main(int argc, char **argv)
@@ -594,7 +694,9 @@ int main(int argc, char **argv)
         return 1;
     }
     static const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}; /* (EP, ETP) */
-    int passed = 0, failed = 0, skipped = 0;
+    /* 50 chunks: more chunks than tokens on every rank (T_GLOB = 45), so most chunks are empty */
+    static const int chunk_counts[3] = {2, 3, 50};
+    int passed = 0, failed = 0;
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         int M = layouts[l][0] * layouts[l][1];
         if (M > g_size || g_size % M != 0) continue;
@@ -602,19 +704,19 @@ int main(int argc, char **argv)
             if (chunked && disp != MOE_DISPATCHER_ALL_TO_ALL) continue; /* only the all-to-all chunks */
             for (int mode = 0; mode < 3; mode++)
                 for (int shared = 0; shared < 2; shared++) {
-                    for (int nc = 0; nc < 2; nc++) {
-                        test_case c = {layouts[l][0], layouts[l][1], disp, mode, shared, chunked ? 2 : 0,
-                                       (shared + mode) % 2 == 0, nc};
-                        int r = run_case(&c);
-                        passed += r == 1;
-                        failed += r == 0;
-                        skipped += r == 2;
-                    }
+                    for (int nc = 0; nc < 2; nc++)
+                        for (int k = 0; k < (chunked ? 3 : 1); k++) {
+                            test_case c = {layouts[l][0], layouts[l][1], disp, mode, shared, chunked ? chunk_counts[k] : 0,
+                                           (shared + mode) % 2 == 0, nc};
+                            int r = run_case(&c);
+                            passed += r;
+                            failed += !r;
+                        }
                 }
         }
     }
     if (g_rank == 0) {
-        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+        printf("%d passed, %d failed\n", passed, failed);
         fflush(stdout);
     }
     MPI_Finalize();
