@@ -13,6 +13,7 @@ declare -A optional=(
   [moe_comm_create_mpi]="needs the host's MPI_Comm; hosts pass it through the raw call"
   [moe_comm_nccl_unique_id]="GPU builds only"
   [moe_comm_create_nccl]="GPU builds only"
+  [moe_context_last_error]="moe_last_error (thread-local) always carries the same latest message"
 )
 
 fail=0
@@ -32,6 +33,6 @@ check() { # name, files..., : pattern prefix
   if ((${#gaps[@]})); then printf '   missing: %s\n' "${gaps[@]}"; fail=1; fi
 }
 check rust  '(^|[^a-z_0-9])fn NAME *\(' bindings/rust/moe-sys/src
-check go    'C\.NAME\(' bindings/go
+check go    '(C\.NAME\(|^[^/]*[^a-z_0-9.]NAME\()' bindings/go
 check julia '[:(]NAME[(, )]' bindings/julia/src
 exit $fail

@@ -1,0 +1,3 @@
+module libmoe.dev/moe
+
+go 1.19
