@@ -6,6 +6,8 @@
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and unit tests; ctest -L unit
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
 #   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline
+#   6. language bindings against build/: coverage of abi/moe.h (scripts/check-bindings.sh), then the
+#      Rust, Go and Julia test suites (scripts/test-{rust,go,julia}.sh; Go and Julia set up themselves)
 # Exits non-zero if any stage fails. MOE_JOBS overrides the build parallelism (default: cores).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,6 +15,7 @@ root=$PWD
 
 jobs=${MOE_JOBS:-$(nproc 2>/dev/null || echo 2)}
 if [[ -d /usr/local/cuda/bin ]]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+if [[ -d "${CARGO_HOME:-$HOME/.cargo}/bin" ]]; then export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"; fi
 export CTEST_OUTPUT_ON_FAILURE=1
 
 t_start=$SECONDS
@@ -88,6 +91,23 @@ done_section "$current"
 # ---------------------------------------------------------------- 5. ABI compatibility
 current="ABI check"; section "$current"
 bash scripts/abi-check.sh build
+done_section "$current"
+
+# ---------------------------------------------------------------- 6. language bindings
+current="bindings: ABI coverage"; section "$current"
+bash scripts/check-bindings.sh
+done_section "$current"
+
+current="bindings: Rust"; section "$current"
+bash scripts/test-rust.sh build
+done_section "$current"
+
+current="bindings: Go"; section "$current"
+bash scripts/test-go.sh build
+done_section "$current"
+
+current="bindings: Julia"; section "$current"
+bash scripts/test-julia.sh build
 done_section "$current"
 
 current=""
