@@ -1,0 +1,37 @@
+"""
+    LibMoE
+
+Julia binding of libmoe, the MoE layer training engine, through its C ABI (abi/moe.h).
+Arrays cross as DLPack tensors with reversed shapes: a Julia (H, T) matrix is the C tensor [T, H].
+The library is found through `LIBMOE_PATH` (the file), `MOE_LIB_DIR` (its directory) or the system's
+library path.
+"""
+module LibMoE
+
+import Libdl
+
+include("library.jl")
+include("abi.jl")
+include("errors.jl")
+include("dlpack.jl")
+include("allocator.jl")
+include("context.jl")
+include("layer.jl")
+include("params.jl")
+include("step.jl")
+include("dispatcher.jl")
+
+export MoeError, Context, Layer, Step, Dispatcher, Dispatch, TensorView, TrackingAllocator, RoutingStats
+export forward, forward!, backward, backward!, routing_stats, export_routing
+export import_param!, export_param, export_param!, param_view, grad_view, array, has_param
+export init_params!, zero_grad!, set_grad_mode!, expert_counts, update_expert_bias!, config
+export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispatch_backward, local_experts
+
+# The library handle and resolved symbols are per process: never reuse ones from a precompile run.
+function __init__()
+    LIB_HANDLE[] = C_NULL
+    LIB_PATH[] = ""
+    empty!(SYMBOLS)
+end
+
+end # module

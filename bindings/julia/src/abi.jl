@@ -1,0 +1,189 @@
+# Constants and config structs of abi/moe.h, mirrored field for field.
+#
+# Julia lays out isbits fields with C's alignment rules, so these structs have the header's layout
+# (the tests check their sizes against the C compiler's; a misplaced field fails the fixture tests).
+# Configs are mutable so keyword constructors can set fields by name before they are passed by pointer.
+
+# Status codes.
+const MOE_OK = Int32(0)
+const MOE_ERR_INVALID_ARGUMENT = Int32(1)
+const MOE_ERR_UNSUPPORTED = Int32(2)
+const MOE_ERR_OUT_OF_MEMORY = Int32(3)
+const MOE_ERR_VERSION = Int32(4)
+const MOE_ERR_STATE = Int32(5)
+const MOE_ERR_NONFINITE = Int32(6)
+const MOE_ERR_BACKEND = Int32(7)
+const MOE_ERR_COMM = Int32(8)
+const MOE_ERR_TIMEOUT = Int32(9)
+const MOE_ERR_CALLBACK = Int32(10)
+const MOE_ERR_INTERNAL = Int32(11)
+
+const DEVICE_CPU = Int32(1)
+
+const ACT_SWIGLU = Int32(0)
+const ACT_GEGLU = Int32(1)
+const ACT_GELU = Int32(2)
+const ACT_RELU = Int32(3)
+const ACT_SILU = Int32(4)
+
+const SCORE_SOFTMAX = Int32(0)
+const SCORE_SOFTMAX_PRE_TOPK = Int32(1)
+const SCORE_SIGMOID = Int32(2)
+const SCORE_SQRTSOFTPLUS = Int32(3)
+
+const AUX_NONE = Int32(0)
+const AUX_SWITCH = Int32(1)
+const AUX_SEQUENCE = Int32(2)
+const AUX_GLOBAL = Int32(3)
+
+const DROP_PROBS = Int32(0)
+const DROP_POSITION = Int32(1)
+
+const DTYPE_FP32 = Int32(0)
+const DTYPE_BF16 = Int32(1)
+const DTYPE_FP64 = Int32(2)
+
+const NONFINITE_REJECT = Int32(0)
+const NONFINITE_PROPAGATE = Int32(1)
+
+const PARAM_ROUTER_WEIGHT = Int32(0)
+const PARAM_EXPERT_FC1 = Int32(1)
+const PARAM_EXPERT_FC2 = Int32(2)
+const PARAM_SHARED_FC1 = Int32(3)
+const PARAM_SHARED_FC2 = Int32(4)
+const PARAM_SHARED_GATE = Int32(5)
+const PARAM_EXPERT_BIAS = Int32(6)
+
+const GRAD_ACCUMULATE = Int32(0)
+const GRAD_OVERWRITE = Int32(1)
+
+const STEP_TRAIN = Int32(0)
+const STEP_EVAL = Int32(1)
+const STEP_RECOMPUTE = Int32(2)
+
+const ROUTING_EXPERT_INDICES = Int32(0)
+const ROUTING_PROBS = Int32(1)
+const ROUTING_TOKENS_PER_EXPERT = Int32(2)
+const ROUTING_KEPT_PER_EXPERT = Int32(3)
+const ROUTING_DROPPED_MASK = Int32(4)
+
+const DISPATCHER_ALL_TO_ALL = Int32(0)
+const DISPATCHER_ALL_GATHER = Int32(1)
+const COMBINE_WEIGHTED = Int32(0)
+const COMBINE_UNWEIGHTED = Int32(1)
+
+mutable struct ContextConfig
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    device_type::Int32
+    device_id::Int32
+    num_threads::Int32
+    reserved0::Int32
+    allocator::Ptr{Cvoid}
+    logger::Ptr{Cvoid}
+    profiler::Ptr{Cvoid}
+end
+
+mutable struct LayerConfig
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    hidden_size::Int64
+    ffn_hidden_size::Int64
+    num_experts::Int32
+    top_k::Int32
+    activation::Int32
+    score_function::Int32
+    num_groups::Int32
+    group_topk::Int32
+    scaling_factor::Float32
+    expert_bias::Int32
+    bias_update_rate::Float32
+    aux_loss_type::Int32
+    aux_loss_coeff::Float32
+    seq_length::Int64
+    z_loss_coeff::Float32
+    capacity_factor::Float32
+    drop_policy::Int32
+    pad_to_capacity::Int32
+    shared_ffn_hidden_size::Int64
+    shared_gate::Int32
+    param_dtype::Int32
+    nonfinite_policy::Int32
+    reserved0::Int32
+    seed::UInt64
+end
+
+mutable struct StepConfig
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    mode::Int32
+    aux_loss_scale::Float32
+end
+
+mutable struct DispatcherConfig
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    kind::Int32
+    dtype::Int32
+    hidden::Int64
+    num_experts::Int32
+    top_k::Int32
+    capacity_factor::Float64
+    drop_policy::Int32
+    pad_to_capacity::Int32
+    combine::Int32
+    reserved0::Int32
+end
+
+"""
+    RoutingStats
+
+Routing statistics of a step's last forward (`moe_routing_stats`): `num_tokens`, `num_assignments`,
+`dropped`, `padded_rows`, `capacity` (-1 when dropless), `aux_loss`, `z_loss`.
+"""
+struct RoutingStats
+    struct_size::UInt32
+    reserved::UInt32
+    num_tokens::Int64
+    num_assignments::Int64
+    dropped::Int64
+    padded_rows::Int64
+    capacity::Int64
+    aux_loss::Float64
+    z_loss::Float64
+end
+
+# moe_allocator: the hook table a TrackingAllocator installs.
+struct AllocatorTable
+    struct_size::UInt32
+    reserved::UInt32
+    user_data::Ptr{Cvoid}
+    alloc::Ptr{Cvoid}
+    free::Ptr{Cvoid}
+    release::Ptr{Cvoid}
+end
+
+zero_field(::Type{T}) where {T} = T <: Ptr ? T(C_NULL) : zero(T)
+
+# A zeroed config with its header written by the library's own *_init (the ABI's rule for bindings).
+function blank_config(::Type{T}, init::Symbol) where {T}
+    cfg = T(ntuple(i -> zero_field(fieldtype(T, i)), fieldcount(T))...)
+    st = @ccall $(fn(init))(cfg::Ref{T}, sizeof(T)::Csize_t)::Int32
+    check(st)
+    cfg
+end
+
+# Sets config fields from keyword arguments, refusing the header and unknown names.
+function set_fields!(cfg::T, kwargs) where {T}
+    for (name, value) in kwargs
+        if name in (:struct_size, :api_version, :next) || !hasfield(T, name)
+            throw(ArgumentError("$(nameof(T)) has no settable field `$name`"))
+        end
+        setfield!(cfg, name, convert(fieldtype(T, name), value))
+    end
+    cfg
+end

@@ -1,0 +1,57 @@
+# Context: the root handle (device, threads, allocator) every other handle is created from.
+
+"""
+    Context(; num_threads = 0, allocator = nothing)
+
+A CPU libmoe context (`moe_context_create`). `num_threads` 0 means all online cores; `allocator` may be
+a [`TrackingAllocator`](@ref). Freed by `close(ctx)` (idempotent) or by its finalizer. Layers, steps
+and views keep the library's context alive after `close`, as the ABI specifies.
+"""
+mutable struct Context
+    ptr::Ptr{Cvoid}
+    # Reachable while any Julia object that may make the library call back holds this Context.
+    allocator::Union{Nothing,TrackingAllocator}
+    function Context(; num_threads::Integer = 0, allocator::Union{Nothing,TrackingAllocator} = nothing)
+        cfg = blank_config(ContextConfig, :moe_context_config_init)
+        cfg.device_type = DEVICE_CPU
+        cfg.num_threads = num_threads
+        table = allocator === nothing ? nothing : Ref(allocator_table(allocator))
+        out = Ref{Ptr{Cvoid}}(C_NULL)
+        st = GC.@preserve table allocator begin
+            if table !== nothing
+                cfg.allocator = Base.unsafe_convert(Ptr{AllocatorTable}, table)
+            end
+            @ccall $(fn(:moe_context_create))(cfg::Ref{ContextConfig}, out::Ref{Ptr{Cvoid}})::Int32
+        end
+        check(st)
+        ctx = new(out[], allocator)
+        finalizer(close, ctx)
+        ctx
+    end
+end
+
+Base.isopen(ctx::Context) = ctx.ptr != C_NULL
+
+function Base.close(ctx::Context)
+    p = ctx.ptr
+    p == C_NULL && return nothing
+    ctx.ptr = C_NULL
+    GC.@preserve ctx @ccall $(fn(:moe_context_destroy))(p::Ptr{Cvoid})::Cvoid
+    nothing
+end
+
+handle(ctx::Context) = isopen(ctx) ? ctx.ptr : throw(closed_error("Context"))
+
+"""
+    num_threads(ctx) -> Int
+
+The engine's CPU worker threads for this context.
+"""
+function num_threads(ctx::Context)
+    out = Ref{Int32}(0)
+    GC.@preserve ctx begin
+        p = handle(ctx)
+        check(@ccall($(fn(:moe_context_num_threads))(p::Ptr{Cvoid}, out::Ref{Int32})::Int32), p)
+    end
+    Int(out[])
+end

@@ -1,0 +1,104 @@
+# Step: the tape of one forward, and the forward / backward calls that use it.
+
+"""
+    Step(layer; mode = STEP_TRAIN, aux_loss_scale = 0)
+
+One forward's tape (`moe_step_create`). `mode` is `STEP_TRAIN`, `STEP_EVAL` or `STEP_RECOMPUTE`;
+`aux_loss_scale` 0 means 1. Freed by `close(step)` (idempotent) or its finalizer.
+"""
+mutable struct Step
+    ptr::Ptr{Cvoid}
+    layer::Layer
+    function Step(layer::Layer; mode::Integer = STEP_TRAIN, aux_loss_scale::Real = 0)
+        cfg = blank_config(StepConfig, :moe_step_config_init)
+        cfg.mode = mode
+        cfg.aux_loss_scale = aux_loss_scale
+        out = Ref{Ptr{Cvoid}}(C_NULL)
+        st = GC.@preserve layer @ccall $(fn(:moe_step_create))(handle(layer)::Ptr{Cvoid}, cfg::Ref{StepConfig},
+                                                              out::Ref{Ptr{Cvoid}})::Int32
+        check(st, layer.ctxp)
+        step = new(out[], layer)
+        finalizer(close, step)
+        step
+    end
+end
+
+Base.isopen(step::Step) = step.ptr != C_NULL
+
+function Base.close(step::Step)
+    p = step.ptr
+    p == C_NULL && return nothing
+    step.ptr = C_NULL
+    GC.@preserve step @ccall $(fn(:moe_step_destroy))(p::Ptr{Cvoid})::Cvoid
+    nothing
+end
+
+handle(step::Step) = isopen(step) ? step.ptr : throw(closed_error("Step"))
+
+"""
+    forward!(y, layer, step, x) -> y
+
+`y = layer(x)` for `x` and `y` (H, T) dense matrices of the layer's dtype (C [T, H]).
+"""
+function forward!(y::Matrix{T}, layer::Layer, step::Step, x::Matrix{T}) where {T}
+    xv = DLView(x)
+    yv = DLView(y)
+    GC.@preserve layer step xv yv begin
+        st = @ccall $(fn(:moe_layer_forward))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
+                                              xv.tensor::Ref{DLTensor}, yv.tensor::Ref{DLTensor},
+                                              C_NULL::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    y
+end
+
+forward(layer::Layer, step::Step, x::Matrix) = forward!(similar(x), layer, step, x)
+
+"""
+    backward!(dx, layer, step, dy) -> dx
+
+Backward of `step`'s forward: writes `dx` (H, T) and accumulates (or overwrites, per the grad
+mode) the parameter gradients.
+"""
+function backward!(dx::Matrix{T}, layer::Layer, step::Step, dy::Matrix{T}) where {T}
+    dyv = DLView(dy)
+    dxv = DLView(dx)
+    GC.@preserve layer step dyv dxv begin
+        st = @ccall $(fn(:moe_layer_backward))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
+                                               dyv.tensor::Ref{DLTensor}, dxv.tensor::Ref{DLTensor},
+                                               C_NULL::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    dx
+end
+
+backward(layer::Layer, step::Step, dy::Matrix) = backward!(similar(dy), layer, step, dy)
+
+"""
+    routing_stats(step) -> RoutingStats
+"""
+function routing_stats(step::Step)
+    out = Ref(RoutingStats(sizeof(RoutingStats), 0, 0, 0, 0, 0, 0, 0.0, 0.0))
+    GC.@preserve step begin
+        st = @ccall $(fn(:moe_step_routing_stats))(handle(step)::Ptr{Cvoid}, out::Ref{RoutingStats})::Int32
+        check(st, step.layer.ctxp)
+    end
+    out[]
+end
+
+"""
+    export_routing(step, what) -> Array
+
+A copy of one routing result of the step's last forward: `ROUTING_EXPERT_INDICES` (K, T) Int32
+(0-based expert ids), `ROUTING_PROBS` (K, T), `ROUTING_TOKENS_PER_EXPERT` / `ROUTING_KEPT_PER_EXPERT`
+(E) Int64, `ROUTING_DROPPED_MASK` (K, T) UInt8.
+"""
+function export_routing(step::Step, what::Integer)
+    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+    GC.@preserve step begin
+        st = @ccall $(fn(:moe_step_export_routing))(handle(step)::Ptr{Cvoid}, Int32(what)::Int32,
+                                                    out::Ref{Ptr{DLManagedTensor}})::Int32
+        check(st, step.layer.ctxp)
+        take_copy(out[])
+    end
+end
