@@ -12,10 +12,14 @@ import Libdl
 
 include("library.jl")
 include("abi.jl")
+include("abi_parallel.jl")
 include("errors.jl")
 include("dlpack.jl")
 include("allocator.jl")
 include("context.jl")
+include("hooks.jl")
+include("comm.jl")
+include("layout.jl")
 include("layer.jl")
 include("params.jl")
 include("step.jl")
@@ -25,6 +29,8 @@ export MoeError, Context, Layer, Step, Dispatcher, Dispatch, TensorView, Trackin
 export forward, forward!, backward, backward!, routing_stats, export_routing
 export import_param!, export_param, export_param!, param_view, grad_view, array, has_param
 export init_params!, zero_grad!, set_grad_mode!, expert_counts, update_expert_bias!, config
+export backward_data!, backward_data, backward_weights!, reset_global_aux!, reduce_grads!
+export Comm, CommHooks, Layout, LayerConfig, build_features, status_string
 export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispatch_backward, local_experts
 
 # The library handle and resolved symbols are per process: never reuse ones from a precompile run.

@@ -1,14 +1,14 @@
 # The standalone token dispatcher: the host routes and runs its own experts; libmoe moves the rows.
 #
 # Shapes use the layout convention: x (H, T), indices and probs (K, T) with 0-based expert ids,
-# received rows (H, Rx). This binding creates single-rank dispatchers (no communicator).
+# received rows (H, Rx). With an `ep` Comm the collectives run over that expert-parallel group.
 
 """
-    Dispatcher(ctx; hidden, num_experts, top_k, dtype = DTYPE_FP32, kwargs...)
+    Dispatcher(ctx; hidden, num_experts, top_k, dtype = DTYPE_FP32, ep = nothing, kwargs...)
 
-A one-rank token dispatcher (`moe_dispatcher_create` with no EP communicator). Other keywords are
-the fields of `moe_dispatcher_config` (`capacity_factor`, `drop_policy`, `pad_to_capacity`,
-`combine`, `kind`). Freed by `close` (idempotent) or its finalizer; open [`Dispatch`](@ref) handles
+A token dispatcher (`moe_dispatcher_create`). `ep` is the expert-parallel [`Comm`](@ref) (retained
+by the dispatcher); `nothing` means one rank and no communication. Other keywords are the fields of
+`moe_dispatcher_config` (`capacity_factor`, `drop_policy`, `pad_to_capacity`, `combine`, `kind`). Freed by `close` (idempotent) or its finalizer; open [`Dispatch`](@ref) handles
 keep the library's dispatcher alive.
 """
 mutable struct Dispatcher
@@ -16,14 +16,14 @@ mutable struct Dispatcher
     ctxp::Ptr{Cvoid}
     ctx::Context
     eltype::DataType
-    function Dispatcher(ctx::Context; kwargs...)
+    function Dispatcher(ctx::Context; ep::Union{Nothing,Comm} = nothing, kwargs...)
         cfg = set_fields!(blank_config(DispatcherConfig, :moe_dispatcher_config_init), kwargs)
         T = cfg.dtype == DTYPE_FP32 ? Float32 : cfg.dtype == DTYPE_FP64 ? Float64 :
             throw(ArgumentError("Dispatcher: dtype $(cfg.dtype) has no Julia element type here (bf16?)"))
         out = Ref{Ptr{Cvoid}}(C_NULL)
         p = handle(ctx)
-        st = GC.@preserve ctx @ccall $(fn(:moe_dispatcher_create))(p::Ptr{Cvoid}, cfg::Ref{DispatcherConfig},
-                                                                  C_NULL::Ptr{Cvoid}, out::Ref{Ptr{Cvoid}})::Int32
+        st = GC.@preserve ctx ep @ccall $(fn(:moe_dispatcher_create))(p::Ptr{Cvoid}, cfg::Ref{DispatcherConfig},
+                                                                     handle(ep)::Ptr{Cvoid}, out::Ref{Ptr{Cvoid}})::Int32
         check(st, p)
         d = new(out[], p, ctx, T)
         finalizer(close, d)

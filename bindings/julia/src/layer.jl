@@ -2,28 +2,66 @@
 
 """
     Layer(ctx; hidden_size, ffn_hidden_size, num_experts, top_k, kwargs...)
+    Layer(ctx, cfg::LayerConfig; ep, etp, aux, edp, dp, bias, dispatcher, num_chunks)
 
-A MoE layer (`moe_layer_create`). Keywords are the fields of `moe_layer_config` by name
-(`activation = LibMoE.ACT_SWIGLU`, `score_function`, `expert_bias`, `aux_loss_type`,
-`aux_loss_coeff`, `z_loss_coeff`, `capacity_factor`, `param_dtype`, `seed`, ...); omitted ones are 0,
-the library's default. Freed by `close(layer)` (idempotent) or its finalizer.
+A MoE layer. Keywords are the fields of `moe_layer_config` by name (`activation = LibMoE.ACT_SWIGLU`,
+`score_function`, `expert_bias`, `aux_loss_type`, `aux_loss_coeff`, `z_loss_coeff`, `capacity_factor`,
+`param_dtype`, `seed`, ...); omitted ones are 0, the library's default. `LayerConfig(; kwargs...)`
+builds the config on its own.
+
+The parallel keywords (either form) spread the layer over ranks (`moe_layer_create_parallel`;
+MATH.md §8): `ep`, `etp`, `aux`, `edp`, `dp`, `bias` are [`Comm`](@ref)s of the same context (the
+EP, ETP, aux-loss, expert-gradient, router-gradient and bias-count groups), `dispatcher` is
+`DISPATCHER_ALL_TO_ALL` or `DISPATCHER_ALL_GATHER`, `num_chunks` the all-to-all overlap chunks.
+Without any of them the layer is a one-rank `moe_layer_create` layer. The layer retains its comms.
+Freed by `close(layer)` (idempotent) or its finalizer.
 """
 mutable struct Layer
     ptr::Ptr{Cvoid}
     # The library context's address, for error messages: valid while the layer lives (it retains it).
     ctxp::Ptr{Cvoid}
     ctx::Context
-    function Layer(ctx::Context; kwargs...)
-        cfg = set_fields!(blank_config(LayerConfig, :moe_layer_config_init), kwargs)
-        out = Ref{Ptr{Cvoid}}(C_NULL)
-        p = handle(ctx)
-        st = GC.@preserve ctx @ccall $(fn(:moe_layer_create))(p::Ptr{Cvoid}, cfg::Ref{LayerConfig},
-                                                              out::Ref{Ptr{Cvoid}})::Int32
-        check(st, p)
-        layer = new(out[], p, ctx)
+    function Layer(ptr::Ptr{Cvoid}, ctxp::Ptr{Cvoid}, ctx::Context)
+        layer = new(ptr, ctxp, ctx)
         finalizer(close, layer)
         layer
     end
+end
+
+# A config from keyword arguments, its header written by the library.
+LayerConfig(; kwargs...) = set_fields!(blank_config(LayerConfig, :moe_layer_config_init), kwargs)
+
+const PARALLEL_KEYWORDS = (:ep, :etp, :aux, :edp, :dp, :bias, :dispatcher, :num_chunks)
+
+function Layer(ctx::Context; kwargs...)
+    par = [k => v for (k, v) in kwargs if k in PARALLEL_KEYWORDS]
+    cfg = LayerConfig(; [k => v for (k, v) in kwargs if !(k in PARALLEL_KEYWORDS)]...)
+    Layer(ctx, cfg; par...)
+end
+
+function Layer(ctx::Context, cfg::LayerConfig; ep::Union{Nothing,Comm} = nothing, etp::Union{Nothing,Comm} = nothing,
+               aux::Union{Nothing,Comm} = nothing, edp::Union{Nothing,Comm} = nothing,
+               dp::Union{Nothing,Comm} = nothing, bias::Union{Nothing,Comm} = nothing,
+               dispatcher::Union{Nothing,Integer} = nothing, num_chunks::Union{Nothing,Integer} = nothing)
+    parallel = any(c -> c !== nothing, (ep, etp, aux, edp, dp, bias)) || dispatcher !== nothing || num_chunks !== nothing
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    p = handle(ctx)
+    if parallel
+        par = blank_config(ParallelConfig, :moe_parallel_config_init)
+        par.dispatcher = something(dispatcher, DISPATCHER_ALL_TO_ALL)
+        par.num_chunks = something(num_chunks, 0)
+        st = GC.@preserve ctx ep etp aux edp dp bias begin
+            par.ep_comm, par.etp_comm, par.aux_comm = handle(ep), handle(etp), handle(aux)
+            par.edp_comm, par.dp_comm, par.bias_comm = handle(edp), handle(dp), handle(bias)
+            @ccall $(fn(:moe_layer_create_parallel))(p::Ptr{Cvoid}, cfg::Ref{LayerConfig},
+                                                     par::Ref{ParallelConfig}, out::Ref{Ptr{Cvoid}})::Int32
+        end
+    else
+        st = GC.@preserve ctx @ccall $(fn(:moe_layer_create))(p::Ptr{Cvoid}, cfg::Ref{LayerConfig},
+                                                              out::Ref{Ptr{Cvoid}})::Int32
+    end
+    check(st, p)
+    Layer(out[], p, ctx)
 end
 
 Base.isopen(layer::Layer) = layer.ptr != C_NULL
@@ -77,6 +115,35 @@ function update_expert_bias!(layer::Layer, counts::Union{Nothing,Vector{Int64}} 
     v = dlview(counts)
     GC.@preserve layer v begin
         st = @ccall $(fn(:moe_layer_update_expert_bias))(handle(layer)::Ptr{Cvoid}, tensorptr(v)::Ptr{DLTensor})::Int32
+        check(st, layer.ctxp)
+    end
+    layer
+end
+
+"""
+    reset_global_aux!(layer)
+
+`AUX_GLOBAL`: clears the counts accumulated over the micro-batches of a global batch; call after the
+optimizer step (`moe_layer_reset_global_aux`).
+"""
+function reset_global_aux!(layer::Layer)
+    GC.@preserve layer begin
+        st = @ccall $(fn(:moe_layer_reset_global_aux))(handle(layer)::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    layer
+end
+
+"""
+    reduce_grads!(layer)
+
+Sums the gradients over their groups (`moe_layer_reduce_grads`): expert weights over the layer's
+`edp` comm, router and shared expert over `dp` (each skipped when the layer has none). Call once
+after the backward of the last micro-batch.
+"""
+function reduce_grads!(layer::Layer)
+    GC.@preserve layer begin
+        st = @ccall $(fn(:moe_layer_reduce_grads))(handle(layer)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     layer

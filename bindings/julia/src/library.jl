@@ -21,6 +21,12 @@ const SYMBOL_NAMES = (
     :moe_dispatcher_config_init, :moe_dispatcher_create, :moe_dispatcher_local_experts,
     :moe_dispatcher_destroy, :moe_dispatcher_dispatch, :moe_dispatch_info, :moe_dispatch_rows,
     :moe_dispatch_combine, :moe_dispatch_combine_backward, :moe_dispatch_backward, :moe_dispatch_destroy,
+    :moe_build_features, :moe_status_string, :moe_layer_backward_data, :moe_layer_backward_weights,
+    :moe_layer_reset_global_aux,
+    :moe_comm_config_init, :moe_comm_create_self, :moe_comm_create_hooks, :moe_comm_destroy, :moe_comm_kind,
+    :moe_comm_rank, :moe_comm_size, :moe_comm_split, :moe_comm_split_layout,
+    :moe_layout_config_init, :moe_layout_create, :moe_layout_destroy, :moe_layout_group, :moe_layout_sizes,
+    :moe_parallel_config_init, :moe_layer_create_parallel, :moe_layer_reduce_grads,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 
@@ -79,3 +85,12 @@ end
 The version of the libmoe that was opened (`moe_version_string`).
 """
 version() = VersionNumber(unsafe_string(@ccall $(fn(:moe_version_string))()::Cstring))
+
+"""
+    build_features() -> UInt64
+
+What this libmoe build supports (`moe_build_features`): an OR of `FEATURE_CPU`, `FEATURE_OPENMP`,
+`FEATURE_OPENBLAS`, `FEATURE_ONEDNN`, `FEATURE_BF16`, `FEATURE_FP64`, `FEATURE_CUDA`, `FEATURE_NCCL`,
+`FEATURE_MPI`, `FEATURE_FP8`. Test one with `build_features() & LibMoE.FEATURE_MPI != 0`.
+"""
+build_features() = @ccall $(fn(:moe_build_features))()::UInt64

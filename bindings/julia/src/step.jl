@@ -75,6 +75,42 @@ end
 backward(layer::Layer, step::Step, dy::Matrix) = backward!(similar(dy), layer, step, dy)
 
 """
+    backward_data!(dx, layer, step, dy) -> dx
+
+The first phase of `backward!` (`moe_layer_backward_data`): writes `dx` and keeps what the weight
+phase needs, for pipeline schedules that delay weight gradients. `backward_weights!` completes it;
+the two together equal `backward!`.
+"""
+function backward_data!(dx::Matrix{T}, layer::Layer, step::Step, dy::Matrix{T}) where {T}
+    dyv = DLView(dy)
+    dxv = DLView(dx)
+    GC.@preserve layer step dyv dxv begin
+        st = @ccall $(fn(:moe_layer_backward_data))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
+                                                    dyv.tensor::Ref{DLTensor}, dxv.tensor::Ref{DLTensor},
+                                                    C_NULL::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    dx
+end
+
+backward_data(layer::Layer, step::Step, dy::Matrix) = backward_data!(similar(dy), layer, step, dy)
+
+"""
+    backward_weights!(layer, step) -> layer
+
+The second phase (`moe_layer_backward_weights`): adds `step`'s parameter gradients (accumulated or
+overwritten, per the grad mode), after `backward_data!` on the same step.
+"""
+function backward_weights!(layer::Layer, step::Step)
+    GC.@preserve layer step begin
+        st = @ccall $(fn(:moe_layer_backward_weights))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
+                                                       C_NULL::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    layer
+end
+
+"""
     routing_stats(step) -> RoutingStats
 """
 function routing_stats(step::Step)

@@ -1,4 +1,5 @@
-# LibMoE's tests: the shared fixture's values, errors, ownership and teardown, the dispatcher.
+# LibMoE's tests: the shared fixture's values, errors, ownership and teardown, the dispatcher,
+# comms (self and Julia hooks), layouts, parallel layers and the two-phase backward.
 #
 #   MOE_FIXTURE=fixture.txt MOE_LIB_DIR=build julia --project=bindings/julia bindings/julia/test/runtests.jl
 #
@@ -8,6 +9,7 @@ using LibMoE
 
 include("fixture.jl")
 include("fixture_layer.jl")
+include("hooks_helpers.jl")
 
 @testset "LibMoE" begin
     @testset "library" begin
@@ -25,9 +27,20 @@ include("fixture_layer.jl")
         @test sizeof(LibMoE.DLManagedTensor) == 64
         @test fieldoffset(LibMoE.LayerConfig, Base.fieldindex(LibMoE.LayerConfig, :seed)) == 128
         @test fieldoffset(LibMoE.DispatcherConfig, Base.fieldindex(LibMoE.DispatcherConfig, :capacity_factor)) == 40
+        @test sizeof(LibMoE.CommConfig) == 24
+        @test sizeof(LibMoE.CommHooksTable) == 72
+        @test sizeof(LibMoE.LayoutConfig) == 56
+        @test fieldoffset(LibMoE.LayoutConfig, Base.fieldindex(LibMoE.LayoutConfig, :order)) == 48
+        @test sizeof(LibMoE.ParallelConfig) == 72
     end
     include("layer_tests.jl")
     include("error_tests.jl")
     include("ownership_tests.jl")
     include("dispatcher_tests.jl")
+    include("comm_tests.jl")
+    include("layout_tests.jl")
+    include("parallel_layer_tests.jl")
+    include("dispatcher_hooks_tests.jl")
+    include("backward_phase_tests.jl")
+    include("comm_ownership_tests.jl")
 end

@@ -1,0 +1,46 @@
+# backward_data! then backward_weights! is backward! (bitwise); the global aux loss resets.
+
+@testset "backward in two phases" begin
+    fx = load_fixture()
+    ctx = Context()
+    whole = fixture_layer(ctx, fx)
+    split_ = fixture_layer(ctx, fx)
+    s1 = Step(whole; aux_loss_scale = 1)
+    s2 = Step(split_; aux_loss_scale = 1)
+    @test forward(whole, s1, fx["x"]) == forward(split_, s2, fx["x"])
+    dx = backward(whole, s1, fx["dy"])
+
+    # weights before data is out of order, and changes nothing
+    err = caught(() -> backward_weights!(split_, s2))
+    @test err isa MoeError && err.status == LibMoE.MOE_ERR_STATE
+    @test all(iszero, export_param(split_, LibMoE.PARAM_EXPERT_FC1; grad = true))
+
+    dx2 = backward_data(split_, s2, fx["dy"])
+    @test dx2 == dx
+    @test matches(dx2, fx["dx"])
+    backward_weights!(split_, s2)
+    for slot in (0, 1, 2)
+        g = export_param(split_, slot; grad = true)
+        @test g == export_param(whole, slot; grad = true)
+        @test matches(g, fx["grad.$slot"])
+    end
+    foreach(close, (s1, s2, whole, split_, ctx))
+end
+
+@testset "reset_global_aux!" begin
+    ctx = Context()
+    mk() = Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2, seed = 5,
+                 aux_loss_type = LibMoE.AUX_GLOBAL, aux_loss_coeff = 0.1)
+    x1 = reshape(Float32.(sin.(1:8*6)), 8, 6)
+    x2 = reshape(Float32.(cos.(3 .* (1:8*6))), 8, 6)
+    aux(layer, x) = (s = Step(layer); forward(layer, s, x); a = routing_stats(s).aux_loss; close(s); a)
+    fresh = aux(mk(), x2)                       # x2 alone
+    layer = mk()
+    aux(layer, x1)
+    @test aux(layer, x2) != fresh               # x1's counts are still in the running means
+    @test reset_global_aux!(layer) === layer
+    @test aux(layer, x2) == fresh               # cleared: as if x2 were the first micro-batch
+    close(layer)
+    @test_throws MoeError reset_global_aux!(layer)
+    close(ctx)
+end
