@@ -33,6 +33,19 @@
  * Reported as "n/a" when moe_layer_create_parallel rejects num_chunks, and flagged when the chunked
  * run pushes exactly the same profiler ranges as the unchunked one (no sign that chunking took place).
  * The backward wall times of both runs are printed too (backward data is chunked as well).
+ * For the chunked run the bench also prints, per forward and per backward, the time inside
+ * "moe.chunked.wait" (waits on the EP exchanges: communication no compute covered) and inside
+ * "moe.chunked.test" (the comm tests between expert GEMMs, where MPI moves the exchanges).
+ *
+ * Ceiling (plain MPI, no engine): how much of an all-to-all this machine can overlap with compute at
+ * all. A compute unit is a cache-resident FMA loop (~1 ms, no memory traffic, the friendliest case);
+ * with N units taking about as long as the dispatch's MPI_Ialltoallv,
+ *   t_comp = N units, t_comm = Ialltoallv + Wait,
+ *   t_test = Ialltoallv, N units each followed by MPI_Test, Wait   (progress between units)
+ *   t_none = Ialltoallv, N units, Wait                             (no MPI call while computing)
+ *   ceiling = (t_comp + t_comm - t_test) / t_comm  (t_none likewise): the hidden fraction a perfect
+ * pipeline could reach here. 3 x reps repetitions; each time is the slower rank's minimum (the
+ * machine's capability: on a shared machine the median mixes in other jobs' load).
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
@@ -173,6 +186,10 @@ typedef struct opts {
 
 enum { PH_DISPATCH = 0, PH_COMBINE = 1, PH_COMBINE_BW = 2, PH_EXPERTS = 3, NUM_PH = 4 };
 static const char *const ph_range[NUM_PH] = {"moe.dispatch", "moe.combine", "moe.combine.backward", "moe.experts"};
+/* chunked pipeline ranges, split into forward / backward */
+enum { CK_WAIT = 0, CK_TEST = 1, CK_EXPERTS = 2, CK_BWD_DATA = 3, CK_BWD_WEIGHTS = 4, NUM_CK = 5 };
+static const char *const ck_range[NUM_CK] = {"moe.chunked.wait", "moe.chunked.test", "moe.experts.chunked",
+                                             "moe.experts.backward_data", "moe.experts.backward_weights"};
 
 typedef struct result {
     int32_t status;        /* of moe_layer_create_parallel */
@@ -180,6 +197,7 @@ typedef struct result {
     double ph[NUM_PH];     /* median seconds per phase (slower rank) */
     double ph_min[NUM_PH]; /* the same, faster rank: roughly the phase without waiting for a late peer */
     double fwd, bwd;       /* median wall seconds (slower rank) */
+    double ckf[NUM_CK], ckb[NUM_CK]; /* chunked ranges in forward / backward (slower rank's median) */
     double faults[NUM_PH]; /* minor page faults per call of the last repetition (max over ranks) */
     int64_t sc[64];        /* rows this rank sends to each EP peer (self included) */
     char ranges[1024];     /* "name:pushes ..." of one forward + backward, for the chunking check */
@@ -235,6 +253,11 @@ static void measure(const opts *o, moe_context *ctx, moe_comm *world, prof *pr, 
     int n = o->reps;
     double *ph[NUM_PH], *fwd = malloc(sizeof(double) * (size_t)n), *bwd = malloc(sizeof(double) * (size_t)n);
     for (int p = 0; p < NUM_PH; p++) ph[p] = malloc(sizeof(double) * (size_t)n);
+    double *ckf[NUM_CK], *ckb[NUM_CK];
+    for (int p = 0; p < NUM_CK; p++) {
+        ckf[p] = malloc(sizeof(double) * (size_t)n);
+        ckb[p] = malloc(sizeof(double) * (size_t)n);
+    }
     for (int it = -o->warmup; it < n; it++) {
         moe_step *step = NULL;
         CHECK(ctx, "moe_step_create", moe_step_create(layer, &sc, &step));
@@ -243,6 +266,8 @@ static void measure(const opts *o, moe_context *ctx, moe_comm *world, prof *pr, 
         double t0 = now_s();
         CHECK(ctx, "moe_layer_forward", moe_layer_forward(layer, step, &tx, &ty, NULL));
         double t1 = now_s();
+        double ck_fwd[NUM_CK];
+        for (int p = 0; p < NUM_CK; p++) ck_fwd[p] = prof_get(pr, ck_range[p]);
         MPI_Barrier(MPI_COMM_WORLD);
         double t2 = now_s();
         CHECK(ctx, "moe_layer_backward", moe_layer_backward(layer, step, &tdy, &tdx, NULL));
@@ -251,6 +276,10 @@ static void measure(const opts *o, moe_context *ctx, moe_comm *world, prof *pr, 
             fwd[it] = t1 - t0;
             bwd[it] = t3 - t2;
             for (int p = 0; p < NUM_PH; p++) ph[p][it] = prof_get(pr, ph_range[p]);
+            for (int p = 0; p < NUM_CK; p++) {
+                ckf[p][it] = ck_fwd[p];
+                ckb[p][it] = prof_get(pr, ck_range[p]) - ck_fwd[p];
+            }
         }
         if (it == n - 1) {
             /* rows per EP peer (dropless: everything routed is kept) and the ranges pushed */
@@ -292,6 +321,12 @@ static void measure(const opts *o, moe_context *ctx, moe_comm *world, prof *pr, 
     res->fwd = max_over_ranks(median(fwd, n));
     for (int p = 0; p < NUM_PH; p++) res->faults[p] = max_over_ranks(res->faults[p]);
     res->bwd = max_over_ranks(median(bwd, n));
+    for (int p = 0; p < NUM_CK; p++) {
+        res->ckf[p] = max_over_ranks(median(ckf[p], n));
+        res->ckb[p] = max_over_ranks(median(ckb[p], n));
+        free(ckf[p]);
+        free(ckb[p]);
+    }
     for (int p = 0; p < NUM_PH; p++) free(ph[p]);
     free(fwd);
     free(bwd);
@@ -336,6 +371,109 @@ static double plain_alltoallv(const int64_t *send_bytes, int reps, int warmup)
     return m;
 }
 
+/* One compute unit: a cache-resident FMA loop (no memory traffic) of about `iters` x 64 FMAs. */
+static float g_sink;
+static void compute_unit(int64_t iters)
+{
+    float acc[64];
+    for (int i = 0; i < 64; i++) acc[i] = (float)i;
+    for (int64_t k = 0; k < iters; k++)
+        for (int i = 0; i < 64; i++) acc[i] = acc[i] * 0.999999f + 1e-7f;
+    float s = 0;
+    for (int i = 0; i < 64; i++) s += acc[i];
+    g_sink += s;
+}
+
+/* Called through this pointer so that every loop below runs the same out-of-line code. */
+static void (*volatile g_unit)(int64_t) = compute_unit;
+
+/* The overlap ceiling of plain MPI on this machine (see the top of the file); prints one line. */
+static double min_of(const double *v, int n)
+{
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static void overlap_ceiling(const int64_t *send_bytes, int reps)
+{
+    reps *= 3;
+    int P = g_size;
+    int64_t recv_bytes[64];
+    MPI_Alltoall(send_bytes, 1, MPI_INT64_T, recv_bytes, 1, MPI_INT64_T, MPI_COMM_WORLD);
+    int sc[64], sd[64], rc[64], rd[64];
+    int64_t so = 0, ro = 0;
+    for (int q = 0; q < P; q++) {
+        sc[q] = (int)send_bytes[q];
+        sd[q] = (int)so;
+        rc[q] = (int)recv_bytes[q];
+        rd[q] = (int)ro;
+        so += send_bytes[q];
+        ro += recv_bytes[q];
+    }
+    char *sbuf = malloc((size_t)so + 1), *rbuf = malloc((size_t)ro + 1);
+    memset(sbuf, 1, (size_t)so + 1);
+    memset(rbuf, 0, (size_t)ro + 1);
+    /* calibrate a ~1 ms unit, then N units ~ the all-to-all's time (the slower rank's, agreed) */
+    int64_t iters = 1000;
+    for (;;) {
+        double t0 = now_s();
+        g_unit(iters);
+        double dt = now_s() - t0;
+        if (dt > 2e-4) {
+            iters = (int64_t)((double)iters * 1e-3 / dt) + 1;
+            break;
+        }
+        iters *= 4;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &iters, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    double *t[4];
+    for (int k = 0; k < 4; k++) t[k] = malloc(sizeof(double) * (size_t)reps);
+    int units = 1;
+    for (int it = -1; it < reps; it++) {
+        MPI_Request rq;
+        /* t_comm */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now_s();
+        MPI_Ialltoallv(sbuf, sc, sd, MPI_BYTE, rbuf, rc, rd, MPI_BYTE, MPI_COMM_WORLD, &rq);
+        MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        double comm = now_s() - t0;
+        if (it < 0) { /* warm-up sets the unit count from the slower rank's all-to-all */
+            double cm = max_over_ranks(comm);
+            units = (int)(cm / 1e-3) + 1;
+            continue;
+        }
+        t[1][it] = comm;
+        /* mode 0: t_test, 1: t_none, 2: t_comp (the same loop without the all-to-all) */
+        for (int mode = 0; mode < 3; mode++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = now_s();
+            if (mode < 2) MPI_Ialltoallv(sbuf, sc, sd, MPI_BYTE, rbuf, rc, rd, MPI_BYTE, MPI_COMM_WORLD, &rq);
+            for (int u = 0; u < units; u++) {
+                g_unit(iters);
+                if (mode == 0) {
+                    int flag = 0;
+                    MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+                }
+            }
+            if (mode < 2) MPI_Wait(&rq, MPI_STATUS_IGNORE);
+            t[mode == 2 ? 0 : 2 + mode][it] = now_s() - t0;
+        }
+    }
+    double m[4];
+    for (int k = 0; k < 4; k++) {
+        m[k] = max_over_ranks(min_of(t[k], reps));
+        free(t[k]);
+    }
+    if (g_rank == 0)
+        printf("ceiling (plain MPI, dispatch bytes, %d compute units of ~1 ms, min of %d): compute %.2f ms, Ialltoallv %.2f ms, both "
+               "with MPI_Test per unit %.2f ms -> hidden %.1f%%, both without MPI calls %.2f ms -> hidden %.1f%%\n",
+               units, reps, 1e3 * m[0], 1e3 * m[1], 1e3 * m[2], 100.0 * (m[0] + m[1] - m[2]) / m[1], 1e3 * m[3],
+               100.0 * (m[0] + m[1] - m[3]) / m[1]);
+    free(sbuf);
+    free(rbuf);
+}
+
 static void fill(float *v, int64_t n, uint64_t seed)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -354,6 +492,15 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     opts o = {4096, 1024, 256, 16, 2, 5, 1, 1, 2};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            if (g_rank == 0)
+                printf("usage: mpirun -np P bench_dispatch [--tokens T] [--hidden H] [--experts E] [--topk K] [--ffn F] "
+                       "[--reps N] [--warmup N] [--threads N] [--chunks C]\n(defaults 4096 1024 16 2 256 5 1 1 2; what "
+                       "is measured: the comment at the top of bench/bench_dispatch.c)\n");
+            MPI_Finalize();
+            return 0;
+        }
     for (int i = 1; i + 1 < argc; i += 2) {
         long long v = atoll(argv[i + 1]);
         if (!strcmp(argv[i], "--tokens")) o.T = v;
@@ -422,6 +569,8 @@ int main(int argc, char **argv)
         plain[p] = plain_alltoallv(sb, o.reps, o.warmup);
         bytes[p] = (double)all_cross * (double)W[p] * 4.0;
     }
+    int64_t ceil_sb[64]; /* the ceiling uses the dispatch's counts; printed after the tables */
+    for (int q = 0; q < g_size; q++) ceil_sb[q] = u.sc[q] * W[0] * 4;
 
     if (g_rank == 0) {
         printf("bench_dispatch: %d ranks (EP = %d), T = %lld tokens/rank, H = %lld, E = %d, K = %d, F = %lld, SwiGLU, fp32, "
@@ -457,11 +606,19 @@ int main(int argc, char **argv)
                        "hidden %.1f%%\n",
                        o.chunks, 1e3 * c.fwd, 1e3 * u.fwd, 1e3 * comm, 1e3 * u.ph[PH_EXPERTS], 100.0 * hidden);
             /* backward data is chunked too, but its dy exchange has no range of its own: wall times only */
-            printf("backward (num_chunks = %d): %.2f ms vs %.2f ms unchunked\n", o.chunks, 1e3 * c.bwd, 1e3 * u.bwd);
+            printf("backward (num_chunks = %d): %.2f ms vs %.2f ms unchunked (expert data gradient with its exchanges %.2f vs "
+                   "%.2f ms, weight gradients %.2f vs %.2f ms)\n", o.chunks, 1e3 * c.bwd, 1e3 * u.bwd,
+                   1e3 * c.ckb[CK_BWD_DATA], 1e3 * (u.ckb[CK_BWD_DATA] + u.ph[PH_COMBINE_BW]), 1e3 * c.ckb[CK_BWD_WEIGHTS],
+                   1e3 * u.ckb[CK_BWD_WEIGHTS]);
+            printf("chunked forward: expert block %.2f ms, in waits %.2f ms, in tests %.2f ms; backward data: in waits "
+                   "%.2f ms, in tests %.2f ms\n", 1e3 * c.ckf[CK_EXPERTS], 1e3 * c.ckf[CK_WAIT], 1e3 * c.ckf[CK_TEST],
+                   1e3 * c.ckb[CK_WAIT], 1e3 * c.ckb[CK_TEST]);
             printf("ranges unchunked: %s\nranges chunked:   %s\n", u.ranges, c.ranges);
         }
         fflush(stdout);
     }
+    overlap_ceiling(ceil_sb, o.reps);
+    if (g_rank == 0) fflush(stdout);
     free(x);
     free(dy);
     free(y);

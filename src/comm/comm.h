@@ -24,6 +24,11 @@ typedef struct moe_comm_ops {
                                   const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
                                   const int64_t *recv_offsets, moe_comm_request **req);
     int32_t (*wait)(moe_comm *c, moe_comm_request *req);
+    /* Advances req without blocking and sets *done = 1 once it has completed (0 otherwise). req stays
+     * owned by the caller and must still be passed to wait (which then returns at once). Backends that
+     * progress only inside their own calls (MPI) move data here, so overlapped compute calls it between
+     * kernels. Never times out (wait does); a failure marks the comm broken, and wait then fails too. */
+    int32_t (*test)(moe_comm *c, moe_comm_request *req, int32_t *done);
     /* recv[recv_offsets[p] ..) <- peer p's send (recv_bytes[p] bytes) */
     int32_t (*all_gather_v)(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
                             const int64_t *recv_offsets);

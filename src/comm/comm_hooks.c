@@ -6,7 +6,8 @@
  * Decisions:
  *  - reduce_scatter is all_reduce on a copy of send (a MOE_MEM_COMM buffer from the context's
  *    allocator, so host memory for a CPU context), then this rank's block is copied out;
- *  - all_to_all_v_start runs the exchange synchronously; wait only frees the request;
+ *  - all_to_all_v_start runs the exchange synchronously; test reports it done, wait only frees the
+ *    request (the hook table has no non-blocking entry to overlap with);
  *  - barrier NULL falls back to an all_reduce of one int64;
  *  - split is MOE_ERR_UNSUPPORTED: the host owns its groups, so it creates one hook comm per group;
  *  - timeout_ms is not enforced: the engine cannot interrupt a host callback; the host's own
@@ -63,6 +64,15 @@ static int32_t hooks_wait(moe_comm *c, moe_comm_request *req)
     int32_t st = moe_comm_request_check(c, req);
     if (st) return st;
     moe_comm_request_free(req);
+    return MOE_OK;
+}
+
+static int32_t hooks_test(moe_comm *c, moe_comm_request *req, int32_t *done)
+{
+    if (!done) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (hooks) test: done is NULL");
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    *done = 1; /* the exchange completed inside start */
     return MOE_OK;
 }
 
@@ -156,6 +166,7 @@ const moe_comm_ops moe_comm_hooks_ops = {
     hooks_all_to_all_v,
     hooks_all_to_all_v_start,
     hooks_wait,
+    hooks_test,
     hooks_all_gather_v,
     hooks_all_reduce,
     hooks_reduce_scatter,

@@ -38,6 +38,7 @@ static void *mbuf(void *p) { return p ? p : zero_sized; }
 
 /* One in-flight collective: its requests and the int arrays MPI reads until completion. */
 typedef struct mpi_pending {
+    int failed; /* MPI error a test saw (0 = none): the requests' state is unknown, wait must not poll */
     int nreq;
     MPI_Request *reqs;
     int *ints;
@@ -222,7 +223,30 @@ static int32_t mpi_wait(moe_comm *c, moe_comm_request *req)
     if (st) return st;
     mpi_pending *pd = req->impl;
     moe_comm_request_free(req);
+    if (pd->failed) /* a test already reported the MPI error and broke the comm; pd stays with MPI */
+        return moe_errorf(c->ctx, MOE_ERR_COMM, "moe_comm (MPI, rank %d of %d) all_to_all_v (wait): the exchange failed "
+                          "in an earlier test (MPI error %d); the communicator is unusable", c->rank, c->size, pd->failed);
     return finish(c, "all_to_all_v (wait)", pd);
+}
+
+/* One MPI_Testall: Open MPI advances non-blocking collectives (and every other pending request) only
+ * inside MPI calls, so this is where an overlapped exchange moves while the caller computes. */
+static int32_t mpi_test(moe_comm *c, moe_comm_request *req, int32_t *done)
+{
+    if (!done) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (MPI) test: done is NULL");
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    mpi_pending *pd = req->impl;
+    *done = 0;
+    if (pd->failed) return moe_comm_check_usable(c, "all_to_all_v (test)");
+    int flag = 0;
+    int rc = MPI_Testall(pd->nreq, pd->reqs, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        pd->failed = rc;
+        return mpi_fail(c, "all_to_all_v (test)", rc);
+    }
+    *done = flag != 0; /* completed requests become MPI_REQUEST_NULL: the later wait returns at once */
+    return MOE_OK;
 }
 
 /* ---------------------------------------------------------------- all-gather-v */
@@ -394,6 +418,7 @@ const moe_comm_ops moe_comm_mpi_ops = {
     mpi_all_to_all_v,
     mpi_all_to_all_v_start,
     mpi_wait,
+    mpi_test,
     mpi_all_gather_v,
     mpi_all_reduce,
     mpi_reduce_scatter,

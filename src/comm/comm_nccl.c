@@ -11,7 +11,7 @@
  *  - the device is the context's (a CUDA context) or the calling thread's current device at creation;
  *    every call switches to it and back;
  *  - the comm owns one non-blocking stream; each collective is enqueued there and waited for before
- *    the call returns (all_to_all_v_start returns after enqueueing, wait polls an event);
+ *    the call returns (all_to_all_v_start returns after enqueueing, test queries and wait polls an event);
  *  - buffers must be device (or managed) memory; a host pointer is MOE_ERR_INVALID_ARGUMENT;
  *  - all_to_all_v is grouped ncclSend/ncclRecv (the block to self is a device copy); all_gather_v is
  *    ncclAllGather when the blocks are equal and back to back, otherwise grouped ncclBroadcasts;
@@ -289,6 +289,35 @@ static int32_t nccl_wait(moe_comm *c, moe_comm_request *req)
     return st;
 }
 
+/* Queries the request's event (the stream progresses by itself; nothing to drive from the host). */
+static int32_t nccl_test(moe_comm *c, moe_comm_request *req, int32_t *done)
+{
+    const char *op = "all_to_all_v (test)";
+    if (!done) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (NCCL) test: done is NULL");
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    *done = 0;
+    st = moe_comm_check_usable(c, op);
+    if (st) return st;
+    nccl_impl *im = impl_of(c); /* usable: im->comm is live (abort_comm breaks c) */
+    int prev;
+    st = enter_device(c->ctx, op, im->device, &prev);
+    if (st) return st;
+    cudaError_t e = cudaEventQuery((cudaEvent_t)req->impl);
+    if (e == cudaSuccess) {
+        *done = 1;
+    } else if (e != cudaErrorNotReady) {
+        st = cuda_fail(c, op, "cudaEventQuery", e);
+    } else {
+        ncclResult_t as = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(im->comm, &as);
+        if (r != ncclSuccess) st = nccl_fail(c, op, "ncclCommGetAsyncError", r);
+        else if (as != ncclSuccess && as != ncclInProgress) st = nccl_fail(c, op, "the collective", as);
+    }
+    leave_device(prev);
+    return st;
+}
+
 /* ---------------------------------------------------------------- all-gather-v */
 static int32_t nccl_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
                                  const int64_t *recv_bytes, const int64_t *recv_offsets)
@@ -543,6 +572,7 @@ const moe_comm_ops moe_comm_nccl_ops = {
     nccl_all_to_all_v,
     nccl_all_to_all_v_start,
     nccl_wait,
+    nccl_test,
     nccl_all_gather_v,
     nccl_all_reduce,
     nccl_reduce_scatter,

@@ -22,7 +22,12 @@
  *   combine(_grad): [ETP reduce-scatter], EP all-to-all
  *
  * Tape (dbuf): [0] counts and collective scratch (int64), [1] perm_a [N], [2] perm_b [Rx] (Q > 1),
- * [3..6] staging, released at the end of each call. Rows move with host memcpy (CPU backend).
+ * [3..6] staging, released at the end of each call. Rows move with host memcpy (CPU backend), split
+ * over the context's threads (moe_rows_*: rows are disjoint, so the split never changes a value).
+ * A row's two parts (x | p, dx | dp) are joined or split inside the permutation pass that moves it,
+ * not in passes of their own. With Q = 1 and P > 1 this rank's own block (its rows for its own
+ * experts) bypasses the EP all-to-all: it is read from, or written to, the plan-order rows directly
+ * in that pass, which saves the collective's local copy of it.
  *
  * With num_chunks > 1 the layer runs the chunked pipeline instead of the four row functions
  * (moe_dispatcher_chunked: dispatch_chunks.c, experts_chunked.c); it keeps the same expert-row order,
@@ -113,21 +118,7 @@ static void release_staging(moe_layer *L, moe_step *s)
     for (int i = STAGE1; i <= STAGE4; i++) moe_buf_release(L->ctx, &s->tape.dbuf[i]);
 }
 
-/* dst row i <- src row perm[i] */
-static void gather_rows(void *dst, const void *src, const int64_t *perm, int64_t n, int64_t rb)
-{
-    char *d = dst;
-    const char *sp = src;
-    for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * (size_t)rb, sp + (size_t)perm[i] * (size_t)rb, (size_t)rb);
-}
-
-/* dst row perm[i] <- src row i */
-static void scatter_rows(void *dst, const void *src, const int64_t *perm, int64_t n, int64_t rb)
-{
-    char *d = dst;
-    const char *sp = src;
-    for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)perm[i] * (size_t)rb, sp + (size_t)i * (size_t)rb, (size_t)rb);
-}
+static int32_t threads_of(const moe_layer *L) { return moe_context_exec(L->ctx, NULL).num_threads; }
 
 /* Byte counts and offsets of n consecutive blocks of rows[p] rows of rb bytes. */
 static int32_t blocks(moe_layer *L, int32_t n, const int64_t *rows, int64_t rb, int64_t *bytes, int64_t *offs)
@@ -144,12 +135,14 @@ static int32_t blocks(moe_layer *L, int32_t n, const int64_t *rows, int64_t rb, 
     return MOE_OK;
 }
 
-/* EP all-to-all of rows: srows[q] rows of rb bytes to peer q, rrows[p] from peer p. */
+/* EP all-to-all of rows: srows[q] rows of rb bytes to peer q, rrows[p] from peer p. With skip_self the
+ * block to itself is left out (zero bytes; the others keep their offsets): the caller moves it. */
 static int32_t ep_exchange(moe_layer *L, a2a_view *v, const void *send, const int64_t *srows, void *recv,
-                           const int64_t *rrows, int64_t rb)
+                           const int64_t *rrows, int64_t rb, int skip_self)
 {
     TRY(blocks(L, v->P, srows, rb, v->sb, v->so));
     TRY(blocks(L, v->P, rrows, rb, v->rb, v->ro));
+    if (skip_self) v->sb[L->ep_rank] = v->rb[L->ep_rank] = 0;
     moe_comm *c = L->ep_comm;
     return c->ops->all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro);
 }
@@ -274,54 +267,119 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
     return MOE_OK;
 }
 
-/* Forward path: in [R,W] (plan order) -> out [Rx,W] (expert order). */
-static int32_t fwd_path(moe_layer *L, moe_step *s, a2a_view *v, const void *in, int64_t W, void *out)
+/* This rank's own block: ep-recv rows [rs, rs + rn) are plan rows from ss on. */
+typedef struct self_block {
+    int64_t rs, rn, ss;
+} self_block;
+
+static self_block self_of(const moe_layer *L, const a2a_view *v)
+{
+    self_block b = {0, v->rr[L->ep_rank], 0};
+    for (int32_t p = 0; p < L->ep_rank; p++) {
+        b.rs += v->rr[p];
+        b.ss += v->sc[p];
+    }
+    return b;
+}
+
+/* Address of ep-recv row e: from the exchange's output, or for the own block from the plan rows. */
+static inline const char *epr_row(const self_block *sb, const char *epr, const char *plan, int64_t e, size_t rb)
+{
+    return e - sb->rs >= 0 && e - sb->rs < sb->rn ? plan + (size_t)(sb->ss + e - sb->rs) * rb : epr + (size_t)e * rb;
+}
+
+/* Split rows (Q = 1): a row i <- first ab bytes of ep-recv row map[i], b row i <- the next bb (b NULL: none). */
+static void gather_split_self(int32_t nt, char *a, size_t ab, char *b, size_t bb, const self_block *sb, const char *epr,
+                              const char *plan, const int64_t *map, int64_t n)
+{
+    const size_t rb = ab + (b ? bb : 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
+    for (int64_t i = 0; i < n; i++) {
+        const char *r = epr_row(sb, epr, plan, map[i], rb);
+        memcpy(a + (size_t)i * ab, r, ab);
+        if (b) memcpy(b + (size_t)i * bb, r + ab, bb);
+    }
+}
+
+/* Joined rows (Q = 1): ep-recv row map[i] <- [a row i | b row i] (b NULL: a only). */
+static void scatter_pair_self(int32_t nt, char *epr, char *plan, const char *a, size_t ab, const char *b, size_t bb,
+                              const self_block *sb, const int64_t *map, int64_t n)
+{
+    const size_t rb = ab + (b ? bb : 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
+    for (int64_t i = 0; i < n; i++) {
+        char *r = (char *)epr_row(sb, epr, plan, map[i], rb);
+        memcpy(r, a + (size_t)i * ab, ab);
+        if (b) memcpy(r + ab, b + (size_t)i * bb, bb);
+    }
+}
+
+/* Forward path: in [R,W] (plan order) -> expert order, split into out_a [Rx,Wa] and out_b [Rx,W-Wa]
+ * (out_b NULL when Wa = W). */
+static int32_t fwd_path(moe_layer *L, moe_step *s, a2a_view *v, const void *in, int64_t W, void *out_a, int64_t Wa,
+                        void *out_b)
 {
     moe_step_tape *tp = &s->tape;
     const int64_t N = *v->N, Rx = s->Rx;
+    const int32_t nt = threads_of(L);
     int64_t rb;
     TRY(mul_bytes(L, W, (int64_t)L->ops->elem_size, &rb));
+    const size_t ab = (size_t)Wa * L->ops->elem_size, bb = (size_t)rb - ab;
     TRY(need_rows(L, s, &tp->dbuf[STAGE1], Rx, W)); /* N <= Rx */
     if (v->Q > 1) TRY(need_rows(L, s, &tp->dbuf[STAGE2], N, W));
+    const int own = v->Q == 1 && v->P > 1; /* the own block bypasses the exchange */
     const void *epr = in; /* ep-recv order */
     if (v->P > 1) {
-        TRY(ep_exchange(L, v, in, v->sc, tp->dbuf[STAGE1].p, v->rr, rb));
+        TRY(ep_exchange(L, v, in, v->sc, tp->dbuf[STAGE1].p, v->rr, rb, own));
         epr = tp->dbuf[STAGE1].p;
     }
-    void *grp = v->Q > 1 ? tp->dbuf[STAGE2].p : out;
-    gather_rows(grp, epr, tp->dbuf[PERM_A].p, N, rb);
-    if (v->Q > 1) {
-        TRY(blocks(L, v->Q, v->nq, rb, v->rb, v->ro));
-        moe_comm *c = L->etp_comm;
-        TRY(c->ops->all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro));
-        gather_rows(out, tp->dbuf[STAGE1].p, tp->dbuf[PERM_B].p, Rx, rb);
+    if (own) { /* ep-group order is the expert order */
+        self_block sb = self_of(L, v);
+        gather_split_self(nt, out_a, ab, out_b, bb, &sb, epr, in, tp->dbuf[PERM_A].p, N);
+        return MOE_OK;
     }
+    if (v->Q == 1) {
+        moe_rows_gather_split(nt, out_a, ab, out_b, bb, epr, tp->dbuf[PERM_A].p, N);
+        return MOE_OK;
+    }
+    void *grp = tp->dbuf[STAGE2].p;
+    moe_rows_gather(nt, grp, epr, tp->dbuf[PERM_A].p, N, (size_t)rb);
+    TRY(blocks(L, v->Q, v->nq, rb, v->rb, v->ro));
+    moe_comm *c = L->etp_comm;
+    TRY(c->ops->all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro));
+    moe_rows_gather_split(nt, out_a, ab, out_b, bb, tp->dbuf[STAGE1].p, tp->dbuf[PERM_B].p, Rx);
     return MOE_OK;
 }
 
-/* Reverse path: rows [Rx,W] (expert order, partial over ETP) -> out [R,W] (plan order, summed). */
-static int32_t rev_path(moe_layer *L, moe_step *s, a2a_view *v, const void *rows, int64_t W, void *out)
+/* Reverse path: rows [a | b] (expert order, a [Rx,Wa], b [Rx,Wb] or NULL, partial over ETP) ->
+ * out [R,Wa+Wb] (plan order, summed over ETP). */
+static int32_t rev_path(moe_layer *L, moe_step *s, a2a_view *v, const void *a, int64_t Wa, const void *b, int64_t Wb,
+                        void *out)
 {
     moe_step_tape *tp = &s->tape;
-    const int64_t N = *v->N, Rx = s->Rx;
+    const int64_t N = *v->N, Rx = s->Rx, W = Wa + (b ? Wb : 0);
+    const int32_t nt = threads_of(L);
     int64_t rb;
     TRY(mul_bytes(L, W, (int64_t)L->ops->elem_size, &rb));
+    const size_t ab = (size_t)Wa * L->ops->elem_size, bb = (size_t)rb - ab;
     TRY(need_rows(L, s, &tp->dbuf[STAGE1], Rx, W));
     if (v->Q > 1) TRY(need_rows(L, s, &tp->dbuf[STAGE2], N, W));
-    const void *grp = rows; /* ep-group order */
-    if (v->Q > 1) {
-        scatter_rows(tp->dbuf[STAGE1].p, rows, tp->dbuf[PERM_B].p, Rx, rb);
+    /* the EP all-to-all sends ep-recv order (STAGE1); with P = 1 that already is the plan order */
+    void *epr = v->P > 1 ? tp->dbuf[STAGE1].p : out;
+    const int own = v->Q == 1 && v->P > 1; /* the own block goes straight to out, not through the exchange */
+    if (own) {
+        self_block sb = self_of(L, v);
+        scatter_pair_self(nt, epr, out, a, ab, b, bb, &sb, tp->dbuf[PERM_A].p, N);
+    } else if (v->Q == 1) {
+        moe_rows_scatter_pair(nt, epr, a, ab, b, bb, tp->dbuf[PERM_A].p, N);
+    } else {
+        moe_rows_scatter_pair(nt, tp->dbuf[STAGE1].p, a, ab, b, bb, tp->dbuf[PERM_B].p, Rx);
         for (int32_t q = 0; q < v->Q; q++) TRY(mul_bytes(L, v->nq[q], W, &v->rb[q])); /* elements */
         moe_comm *c = L->etp_comm;
         TRY(c->ops->reduce_scatter(c, tp->dbuf[STAGE1].p, tp->dbuf[STAGE2].p, v->rb, L->ops->dtype));
-        grp = tp->dbuf[STAGE2].p;
+        moe_rows_scatter(nt, epr, tp->dbuf[STAGE2].p, tp->dbuf[PERM_A].p, N, (size_t)rb);
     }
-    if (v->P > 1) {
-        scatter_rows(tp->dbuf[STAGE1].p, grp, tp->dbuf[PERM_A].p, N, rb);
-        TRY(ep_exchange(L, v, tp->dbuf[STAGE1].p, v->rr, out, v->sc, rb));
-    } else {
-        scatter_rows(out, grp, tp->dbuf[PERM_A].p, N, rb);
-    }
+    if (v->P > 1) TRY(ep_exchange(L, v, epr, v->rr, out, v->sc, rb, own));
     return MOE_OK;
 }
 
@@ -336,7 +394,6 @@ static int32_t a2a_dispatch(moe_layer *L, moe_step *s)
     int64_t rb;
     TRY(mul_bytes(L, W, (int64_t)es, &rb));
     TRY(need_rows(L, s, &tp->dbuf[STAGE3], R, W));
-    TRY(need_rows(L, s, &tp->dbuf[STAGE4], Rx, W));
     TRY(need_rows(L, s, &tp->xr, Rx, H));
     TRY(need_rows(L, s, &tp->pr, Rx, 1));
     /* packed plan rows [x | p]; padding rows are zero with p = 0 */
@@ -344,19 +401,15 @@ static int32_t a2a_dispatch(moe_layer *L, moe_step *s)
     const char *xs = tp->xs.p, *rp = tp->row_prob.p;
     char *pk = tp->dbuf[STAGE3].p;
     const size_t hb = (size_t)H * es;
+    const int32_t nt = threads_of(L);
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, R, (size_t)rb))
     for (int64_t r = 0; r < R; r++) {
         char *d = pk + (size_t)r * (size_t)rb;
         if (row_token[r] >= 0) memcpy(d, xs + (size_t)row_token[r] * hb, hb);
         else memset(d, 0, hb);
         memcpy(d + hb, rp + (size_t)r * es, es);
     }
-    TRY(fwd_path(L, s, &v, pk, W, tp->dbuf[STAGE4].p));
-    const char *ex = tp->dbuf[STAGE4].p;
-    char *xr = tp->xr.p, *pr = tp->pr.p;
-    for (int64_t i = 0; i < Rx; i++) {
-        memcpy(xr + (size_t)i * hb, ex + (size_t)i * (size_t)rb, hb);
-        memcpy(pr + (size_t)i * es, ex + (size_t)i * (size_t)rb + hb, es);
-    }
+    TRY(fwd_path(L, s, &v, pk, W, tp->xr.p, H, tp->pr.p));
     release_staging(L, s);
     return MOE_OK;
 }
@@ -367,7 +420,7 @@ static int32_t a2a_combine(moe_layer *L, moe_step *s, const void *yrows, void *y
     a2a_view v;
     view_of(L, s, &v);
     TRY(need_rows(L, s, &s->tape.dbuf[STAGE3], s->R, L->H));
-    TRY(rev_path(L, s, &v, yrows, L->H, s->tape.dbuf[STAGE3].p));
+    TRY(rev_path(L, s, &v, yrows, L->H, NULL, 0, s->tape.dbuf[STAGE3].p));
     OP(unpermute, &ex, s->T, L->K, L->H, s->tape.dbuf[STAGE3].p, s->tape.slot_row.p, 0, ys);
     release_staging(L, s);
     return MOE_OK;
@@ -380,7 +433,7 @@ static int32_t a2a_dispatch_grad(moe_layer *L, moe_step *s, const void *dys, voi
     view_of(L, s, &v);
     TRY(need_rows(L, s, &s->tape.dbuf[STAGE3], s->R, L->H));
     OP(permute, &ex, s->R, L->H, dys, s->tape.row_token.p, s->tape.dbuf[STAGE3].p);
-    TRY(fwd_path(L, s, &v, s->tape.dbuf[STAGE3].p, L->H, dyrows));
+    TRY(fwd_path(L, s, &v, s->tape.dbuf[STAGE3].p, L->H, dyrows, L->H, NULL));
     release_staging(L, s);
     return MOE_OK;
 }
@@ -391,28 +444,15 @@ static int32_t a2a_combine_grad(moe_layer *L, moe_step *s, const void *dxrows, c
     moe_exec ex = moe_context_exec(L->ctx, NULL);
     moe_step_tape *tp = &s->tape;
     const size_t es = L->ops->elem_size;
-    const int64_t H = L->H, R = s->R, Rx = s->Rx, W = H + 1;
+    const int64_t H = L->H, R = s->R;
     a2a_view v;
     view_of(L, s, &v);
-    int64_t rb;
-    TRY(mul_bytes(L, W, (int64_t)es, &rb));
-    /* STAGE3: packed [dx | dp] [Rx,W], later the unpacked dx [R,H] and dp [R] */
-    TRY(need_rows(L, s, &tp->dbuf[STAGE3], Rx > R ? Rx : R, W));
-    TRY(need_rows(L, s, &tp->dbuf[STAGE4], R, W));
-    const size_t hb = (size_t)H * es;
-    char *pk = tp->dbuf[STAGE3].p;
-    const char *dx = dxrows, *dp = dprows;
-    for (int64_t i = 0; i < Rx; i++) {
-        memcpy(pk + (size_t)i * (size_t)rb, dx + (size_t)i * hb, hb);
-        memcpy(pk + (size_t)i * (size_t)rb + hb, dp + (size_t)i * es, es);
-    }
-    TRY(rev_path(L, s, &v, pk, W, tp->dbuf[STAGE4].p));
-    const char *back = tp->dbuf[STAGE4].p;
-    char *dxp = pk, *dpp = pk + (size_t)R * hb;
-    for (int64_t r = 0; r < R; r++) {
-        memcpy(dxp + (size_t)r * hb, back + (size_t)r * (size_t)rb, hb);
-        memcpy(dpp + (size_t)r * es, back + (size_t)r * (size_t)rb + hb, es);
-    }
+    /* STAGE4: [dx | dp] back in plan order; STAGE3: its dx [R,H] and dp [R] */
+    TRY(need_rows(L, s, &tp->dbuf[STAGE3], R, H + 1));
+    TRY(need_rows(L, s, &tp->dbuf[STAGE4], R, H + 1));
+    TRY(rev_path(L, s, &v, dxrows, H, dprows, 1, tp->dbuf[STAGE4].p));
+    char *dxp = tp->dbuf[STAGE3].p, *dpp = dxp + (size_t)(R * H) * es;
+    moe_rows_gather_split(threads_of(L), dxp, (size_t)H * es, dpp, es, tp->dbuf[STAGE4].p, NULL, R);
     OP(unpermute, &ex, s->T, L->K, H, dxp, tp->slot_row.p, 0, dxs);
     TRY(moe_gather_dprobs(L, s, dpp, dprobs));
     release_staging(L, s);

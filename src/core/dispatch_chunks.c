@@ -10,6 +10,9 @@
  * Tape (dbuf): [0] counts and offsets (int64), [1..3] the maps cm, gm, pm (kept for backward),
  * [4..6] send / recv / gath staging, chunk c at its own slice so that exchanges in flight never share
  * memory (a slice's reverse-direction rows reuse it only after its forward rows were consumed).
+ * The rows coming back land in the send staging at a uniform stride W (chunk c from row send0[c]),
+ * so the caller reads them in place: with W at most the slice stride, chunk c's returned rows end
+ * before slice c+1 begins, whose forward rows may still be in flight.
  */
 #include <string.h>
 
@@ -320,18 +323,56 @@ void moe_chunks_release(moe_layer *L, moe_step *s)
     for (int i = CK_SEND; i <= CK_GATH; i++) moe_buf_release(L->ctx, &s->tape.dbuf[i]);
 }
 
-void moe_rows_gather(void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
+/* Below this many bytes a copy stays on the calling thread (overridable at build time, so that a
+ * test build can run the parallel copies on tiny layers). */
+#ifndef MOE_ROWS_PAR_MIN_BYTES
+#define MOE_ROWS_PAR_MIN_BYTES ((size_t)1 << 18)
+#endif
+
+int moe_rows_parallel(int32_t nt, int64_t n, size_t rb) { return nt > 1 && (size_t)n * rb >= MOE_ROWS_PAR_MIN_BYTES; }
+
+void moe_rows_gather(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
 {
     char *d = dst;
     const char *sp = src;
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
     for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * rb, sp + (size_t)map[i] * rb, rb);
 }
 
-void moe_rows_scatter(void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
+void moe_rows_scatter(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
 {
     char *d = dst;
     const char *sp = src;
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
     for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)map[i] * rb, sp + (size_t)i * rb, rb);
+}
+
+void moe_rows_gather_split(int32_t nt, void *a, size_t ab, void *b, size_t bb, const void *src, const int64_t *map,
+                           int64_t n)
+{
+    char *da = a, *db = b;
+    const char *sp = src;
+    const size_t sb = ab + (b ? bb : 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, sb))
+    for (int64_t i = 0; i < n; i++) {
+        const char *r = sp + (size_t)(map ? map[i] : i) * sb;
+        memcpy(da + (size_t)i * ab, r, ab);
+        if (db) memcpy(db + (size_t)i * bb, r + ab, bb);
+    }
+}
+
+void moe_rows_scatter_pair(int32_t nt, void *dst, const void *a, size_t ab, const void *b, size_t bb,
+                           const int64_t *map, int64_t n)
+{
+    char *d = dst;
+    const char *sa = a, *sb = b;
+    const size_t rb = ab + (b ? bb : 0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
+    for (int64_t i = 0; i < n; i++) {
+        char *r = d + (size_t)(map ? map[i] : i) * rb;
+        memcpy(r, sa + (size_t)i * ab, ab);
+        if (sb) memcpy(r + ab, sb + (size_t)i * bb, bb);
+    }
 }
 
 /* Byte counts / offsets of consecutive blocks of rows[p] rows of rb bytes (fits: the staging holds them). */
@@ -353,6 +394,8 @@ int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     const int64_t r0 = ck->send0[c], n = ck->send0[c + 1] - r0;
     char *send = (char *)s->tape.dbuf[CK_SEND].p + (size_t)r0 * srb;
     const char *t = tok, *x = extra;
+    const int32_t nt = moe_context_exec(L->ctx, NULL).num_threads;
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
     for (int64_t i = 0; i < n; i++) {
         int64_t r = ck->pm[r0 + i];
         char *d = send + (size_t)i * rb;
@@ -370,8 +413,8 @@ int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     return cm->ops->all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd);
 }
 
-int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W, void *out,
-                             moe_chunk_flight *fl)
+int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
+                             const void **gath, moe_chunk_flight *fl)
 {
     const size_t rb = (size_t)W * L->ops->elem_size, srb = stage_rb(L, s);
     const char *recv;
@@ -379,47 +422,64 @@ int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, in
         moe_comm_request *rq = fl->fwd;
         fl->fwd = NULL;
         moe_comm *cm = L->ep_comm;
-        TRY(cm->ops->wait(cm, rq));
+        moe_range_push(L->ctx, "moe.chunked.wait"); /* the exchange time compute did not cover */
+        int32_t st = cm->ops->wait(cm, rq);
+        moe_range_pop(L->ctx);
+        TRY(st);
         recv = (const char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->recv0[c] * srb;
     } else {
         recv = (const char *)s->tape.dbuf[CK_SEND].p + (size_t)ck->send0[c] * srb;
     }
-    const int64_t x0 = ck->x0[c], n = ck->x0[c + 1] - x0;
-    const char *gath = recv;
+    *gath = recv;
     if (ck->Q > 1) {
         ck_meta m;
         meta_of(L, s, &m);
-        char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)x0 * srb;
+        char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)ck->x0[c] * srb;
         blocks(ck->Q, m.nq + (int64_t)c * ck->Q, (int64_t)rb, m.rb, m.ro);
         moe_comm *cm = L->etp_comm;
         TRY(cm->ops->all_gather_v(cm, recv, m.rb[ck->me_q], g, m.rb, m.ro));
-        gath = g;
+        *gath = g;
     }
-    moe_rows_scatter(out, gath, ck->gm + x0, n, rb);
     return MOE_OK;
 }
 
-int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *rows,
-                            int64_t W, moe_chunk_flight *fl)
+/* dst row i <- [a | b] of local row map[i] (a rows of ab bytes, b rows of bb bytes or none). */
+static void gather_pair(int32_t nt, char *dst, const char *a, size_t ab, const char *b, size_t bb, const int64_t *map,
+                        int64_t n)
 {
-    const size_t rb = (size_t)W * L->ops->elem_size, srb = stage_rb(L, s);
+    const size_t rb = ab + bb;
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(dst + (size_t)i * rb, a + (size_t)map[i] * ab, ab);
+        if (bb) memcpy(dst + (size_t)i * rb + ab, b + (size_t)map[i] * bb, bb);
+    }
+}
+
+int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *a, int64_t Wa,
+                            const void *b, int64_t Wb, moe_chunk_flight *fl)
+{
+    const size_t es = L->ops->elem_size, srb = stage_rb(L, s), ab = (size_t)Wa * es, bb = b ? (size_t)Wb * es : 0;
+    const int64_t W = Wa + (b ? Wb : 0);
+    const size_t rb = (size_t)W * es;
     const int64_t x0 = ck->x0[c], n = ck->x0[c + 1] - x0;
+    const int32_t nt = moe_context_exec(L->ctx, NULL).num_threads;
     ck_meta m;
     meta_of(L, s, &m);
-    /* this rank's EP-received rows of chunk c, summed over ETP: the slice its forward rows came in */
-    char *back = (char *)(ck->P > 1 ? s->tape.dbuf[CK_RECV].p : s->tape.dbuf[CK_SEND].p) +
-                 (size_t)(ck->P > 1 ? ck->recv0[c] : ck->send0[c]) * srb;
+    /* this rank's EP-received rows of chunk c, summed over ETP: the slice its forward rows came in
+     * (with P = 1 the send staging at the uniform return stride, see the top of the file) */
+    char *back = ck->P > 1 ? (char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->recv0[c] * srb
+                           : (char *)s->tape.dbuf[CK_SEND].p + (size_t)ck->send0[c] * rb;
     if (ck->Q > 1) {
         char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)x0 * srb;
-        moe_rows_gather(g, rows, ck->gm + x0, n, rb);
+        gather_pair(nt, g, a, ab, b, bb, ck->gm + x0, n);
         for (int64_t q = 0; q < ck->Q; q++) m.rb[q] = m.nq[(int64_t)c * ck->Q + q] * W; /* elements */
         moe_comm *cm = L->etp_comm;
         TRY(cm->ops->reduce_scatter(cm, g, back, m.rb, L->ops->dtype));
     } else {
-        moe_rows_gather(back, rows, ck->gm + x0, n, rb);
+        gather_pair(nt, back, a, ab, b, bb, ck->gm + x0, n);
     }
-    if (ck->P == 1) return MOE_OK; /* back already is the send slice (plan rows of chunk c) */
-    char *ret = (char *)s->tape.dbuf[CK_SEND].p + (size_t)ck->send0[c] * srb;
+    if (ck->P == 1) return MOE_OK; /* back already is where the rows return (plan rows of chunk c) */
+    char *ret = (char *)s->tape.dbuf[CK_SEND].p + (size_t)ck->send0[c] * rb;
     blocks(ck->P, m.rr + (int64_t)c * ck->P, (int64_t)rb, m.sb, m.so);
     blocks(ck->P, m.sc + (int64_t)c * ck->P, (int64_t)rb, m.rb, m.ro);
     moe_comm *cm = L->ep_comm;
@@ -432,19 +492,39 @@ int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl)
     moe_comm_request *rq = fl->rev;
     fl->rev = NULL;
     moe_comm *cm = L->ep_comm;
-    return cm->ops->wait(cm, rq);
+    moe_range_push(L->ctx, "moe.chunked.wait");
+    int32_t st = cm->ops->wait(cm, rq);
+    moe_range_pop(L->ctx);
+    return st;
 }
 
-void moe_chunk_rev_gather(moe_layer *L, moe_step *s, const moe_chunks *ck, int64_t W, void *out)
+const void *moe_chunk_rev_rows(moe_layer *L, moe_step *s)
 {
-    const size_t rb = (size_t)W * L->ops->elem_size, srb = stage_rb(L, s);
-    const char *send = s->tape.dbuf[CK_SEND].p;
-    char *o = out;
-    for (int32_t c = 0; c < ck->C; c++) {
-        const int64_t r0 = ck->send0[c];
-        for (int64_t i = r0; i < ck->send0[c + 1]; i++)
-            memcpy(o + (size_t)ck->pm[i] * rb, send + (size_t)r0 * srb + (size_t)(i - r0) * rb, rb);
+    (void)L;
+    return s->tape.dbuf[CK_SEND].p;
+}
+
+void moe_chunks_send_slots(const moe_chunks *ck, int32_t nt, const int64_t *slot_row, int64_t TK, int64_t *inv,
+                           int64_t *out)
+{
+    for (int64_t i = 0; i < ck->R; i++) inv[ck->pm[i]] = i;
+#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, TK, sizeof(int64_t)))
+    for (int64_t i = 0; i < TK; i++) out[i] = slot_row[i] >= 0 ? inv[slot_row[i]] : -1;
+}
+
+int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl)
+{
+    moe_comm *cm = L->ep_comm;
+    moe_comm_request *rq[2] = {fl->fwd, fl->rev};
+    int32_t st = MOE_OK;
+    if (!rq[0] && !rq[1]) return st;
+    moe_range_push(L->ctx, "moe.chunked.test"); /* exchange work done between GEMMs (it runs on this core) */
+    for (int i = 0; i < 2 && !st; i++) {
+        int32_t done = 0;
+        if (rq[i]) st = cm->ops->test(cm, rq[i], &done); /* done or not, wait still completes and frees it */
     }
+    moe_range_pop(L->ctx);
+    return st;
 }
 
 void moe_chunk_drain(moe_layer *L, moe_chunk_flight *fl)

@@ -53,27 +53,48 @@ typedef struct moe_chunk_flight {
     moe_comm_request *fwd, *rev;
 } moe_chunk_flight;
 
+/* Advances the exchanges in flight (comm test) without blocking; the pipelines call it between
+ * expert GEMMs, because MPI moves a non-blocking collective only inside MPI calls. */
+int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl);
+
 /* Forward direction, chunk c: packs W-real rows (the token's row of tok [T,H], zero for padding,
  * then W - H reals of extra [R] per plan row when W > H) and starts the EP all-to-all. */
 int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *tok,
                             const void *extra, int64_t W, moe_chunk_flight *fl);
-/* Waits for chunk c, all-gathers it over ETP and writes its rows [n_c, W] in local order to out. */
-int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W, void *out,
-                             moe_chunk_flight *fl);
-/* Reverse direction, chunk c: rows [n_c, W] in local order (partial over ETP) -> ETP reduce-scatter
- * -> starts the EP all-to-all back to the senders. */
-int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *rows,
-                            int64_t W, moe_chunk_flight *fl);
+/* Waits for chunk c and all-gathers it over ETP; *gath = its rows [n_c, W] in gath order (row i
+ * belongs at local row ck->gm[x0[c] + i]), valid until the pipeline ends. The caller places them, so
+ * that each row is copied once into every place it is needed. */
+int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
+                             const void **gath, moe_chunk_flight *fl);
+/* Reverse direction, chunk c: rows [a | b] in local order, a [n_c, Wa] and b [n_c, Wb] (b NULL when
+ * Wb = 0), partial over ETP -> ETP reduce-scatter -> starts the EP all-to-all back to the senders. */
+int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *a, int64_t Wa,
+                            const void *b, int64_t Wb, moe_chunk_flight *fl);
 int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl);
-/* After every chunk came back: out [R, W] in plan order. */
-void moe_chunk_rev_gather(moe_layer *L, moe_step *s, const moe_chunks *ck, int64_t W, void *out);
+/* After every chunk came back: the returned rows [R, W] in send order (row i is plan row ck->pm[i]),
+ * contiguous with stride W; valid until moe_chunks_release. */
+const void *moe_chunk_rev_rows(moe_layer *L, moe_step *s);
+/* out[t*K+k] = the send row of slot_row[t*K+k] (-1 stays -1), so unpermute reads the returned rows
+ * in place; inv [R] is scratch. */
+void moe_chunks_send_slots(const moe_chunks *ck, int32_t nt, const int64_t *slot_row, int64_t TK, int64_t *inv,
+                           int64_t *out);
 /* After a failure: waits (ignoring their status) for the exchanges still in flight, so that no
  * request outlives the buffers it uses. */
 void moe_chunk_drain(moe_layer *L, moe_chunk_flight *fl);
 
-/* dst row i <- src row map[i] / dst row map[i] <- src row i, rows of rb bytes. */
-void moe_rows_gather(void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
-void moe_rows_scatter(void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
+/* dst row i <- src row map[i] / dst row map[i] <- src row i, rows of rb bytes; up to nt OpenMP threads
+ * for large copies (rows are disjoint, so the result does not depend on the split). */
+void moe_rows_gather(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
+void moe_rows_scatter(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
+/* Whether n rows of rb bytes are worth a parallel region (small copies cost more to fork than to do). */
+int moe_rows_parallel(int32_t nt, int64_t n, size_t rb);
+/* Split rows: a row i <- the first ab bytes of src row map[i] (map NULL: row i), b row i <- the next bb
+ * (b NULL: none). */
+void moe_rows_gather_split(int32_t nt, void *a, size_t ab, void *b, size_t bb, const void *src, const int64_t *map,
+                           int64_t n);
+/* Joined rows: dst row map[i] (map NULL: row i) <- [a row i | b row i] (b NULL: a row only). */
+void moe_rows_scatter_pair(int32_t nt, void *dst, const void *a, size_t ab, const void *b, size_t bb,
+                           const int64_t *map, int64_t n);
 
 /* The pipelines (src/core/experts_chunked.c), members of the all-to-all dispatcher's table. */
 int32_t moe_chunked_forward(moe_layer *L, moe_step *s, void *ys);
