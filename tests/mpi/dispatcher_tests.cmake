@@ -1,6 +1,6 @@
 # Standalone token dispatcher over EP == one rank (tests/mpi/test_dispatcher_ep.c), for 1, 2 and 4
 # ranks (label "mpi"). Included by tests/mpi/CMakeLists.txt.
-add_executable(test_dispatcher_ep ${CMAKE_CURRENT_LIST_DIR}/test_dispatcher_ep.c)
+add_executable(test_dispatcher_ep ${CMAKE_CURRENT_LIST_DIR}/test_dispatcher_ep.c ${CMAKE_CURRENT_LIST_DIR}/rank_split.c)
 # public ABI only: the shared library and its header
 target_link_libraries(test_dispatcher_ep PRIVATE moe MPI::MPI_C m)
 target_compile_definitions(test_dispatcher_ep PRIVATE _POSIX_C_SOURCE=200809L)

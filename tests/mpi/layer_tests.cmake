@@ -2,7 +2,7 @@
 # (label "mpi"). Included by tests/mpi/CMakeLists.txt. The chunked cases (par.num_chunks = 2, 3, 50;
 # also checked bitwise against the unchunked layer and by their all-to-all count) are separate entries
 # so that they can be tracked on their own.
-add_executable(test_layer_ep ${CMAKE_CURRENT_LIST_DIR}/test_layer_ep.c)
+add_executable(test_layer_ep ${CMAKE_CURRENT_LIST_DIR}/test_layer_ep.c ${CMAKE_CURRENT_LIST_DIR}/rank_split.c)
 # public ABI only: the shared library and its header
 target_link_libraries(test_layer_ep PRIVATE moe MPI::MPI_C m)
 target_compile_definitions(test_layer_ep PRIVATE _POSIX_C_SOURCE=200809L)

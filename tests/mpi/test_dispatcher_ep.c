@@ -27,6 +27,8 @@
 
 #include <moe.h>
 
+#include "rank_split.h"
+
 enum { H = 6, E = 8, K = 2, T_GLOB = 37, DEAD = 6, MSG = 512 };
 #define TOL 1e-5
 #define TIMEOUT_MS 15000
@@ -87,34 +89,10 @@ static void host_experts(int32_t El, int32_t first, const int64_t *tpe, const fl
             }
 }
 
-/* Contiguous uneven slices (shares 5,3,4,6,...); with zero_rank the last rank (of several) gets none. */
+/* This run's slices of the global tokens (rank_split.h). */
 static void slices(const test_case *c, int64_t *count, int64_t *first)
 {
-    static const int shares[4] = {5, 3, 4, 6};
-    int64_t total = 0, given = 0;
-    for (int r = 0; r < g_size; r++) {
-        count[r] = (c->zero_rank && g_size > 1 && r == g_size - 1) ? 0 : shares[r % 4];
-        total += count[r];
-    }
-    for (int r = 0; r < g_size; r++) {
-        count[r] = count[r] * T_GLOB / total;
-        given += count[r];
-    }
-    count[0] += T_GLOB - given;
-    first[0] = 0;
-    for (int r = 1; r < g_size; r++) first[r] = first[r - 1] + count[r - 1];
-}
-
-static double rel_err(const float *a, const float *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (a[i] != a[i]) return INFINITY;
-        double d = (double)a[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * (double)ref[i];
-    }
-    return den == 0 ? sqrt(num) : sqrt(num / den);
+    rs_slices(g_size, c->zero_rank, T_GLOB, count, first);
 }
 
 /* ---------------------------------------------------------------- one dispatcher run */
@@ -343,9 +321,9 @@ static int run_case(const test_case *c)
         }
         double ey = 0, edx = 0, edp = 0;
         if (rok && all_ok) {
-            ey = rel_err(y, ry, T_GLOB * H);
-            edx = rel_err(dx, rdx, T_GLOB * H);
-            edp = rel_err(dp, rdp, T_GLOB * K);
+            ey = rs_rel_err(y, ry, T_GLOB * H);
+            edx = rs_rel_err(dx, rdx, T_GLOB * H);
+            edp = rs_rel_err(dp, rdp, T_GLOB * K);
             pass = ey < TOL && edx < TOL && edp < TOL && dropped == rdropped &&
                    (c->mode != MODE_DROP || dropped > 0) && (c->mode != MODE_DROPLESS || dropped == 0);
         } else {

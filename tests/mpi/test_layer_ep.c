@@ -37,6 +37,8 @@
 
 #include <moe.h>
 
+#include "rank_split.h"
+
 enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_GLOB = 45, EXPERT_DEAD = 5, MSG = 512 };
 #define TOL 1e-5
 #define CHUNK_TOL 1e-6 /* chunked vs unchunked, same ranks (fp32 GEMM kernels may depend on the row count) */
@@ -74,37 +76,10 @@ static void fill_uniform(float *x, int64_t n, uint64_t seed, double lo, double h
     }
 }
 
-/* Contiguous slices of T_GLOB tokens over g_size ranks, uneven (shares 5,3,4,6,...); with
- * zero_rank the last rank (if there is more than one) gets none. */
+/* This run's slices of the global tokens (rank_split.h). */
 static void slices(const test_case *c, int64_t *count, int64_t *first)
 {
-    static const int shares[4] = {5, 3, 4, 6};
-    int64_t total = 0;
-    for (int r = 0; r < g_size; r++) {
-        count[r] = (c->zero_rank && g_size > 1 && r == g_size - 1) ? 0 : shares[r % 4];
-        total += count[r];
-    }
-    int64_t given = 0;
-    for (int r = 0; r < g_size; r++) {
-        count[r] = count[r] * T_GLOB / total;
-        given += count[r];
-    }
-    count[0] += T_GLOB - given;
-    first[0] = 0;
-    for (int r = 1; r < g_size; r++) first[r] = first[r - 1] + count[r - 1];
-}
-
-static double rel_err(const float *a, const float *ref, int64_t n)
-{
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)ref[i];
-        if (a[i] != a[i]) return INFINITY;
-        num += d * d;
-        den += (double)ref[i] * (double)ref[i];
-    }
-    if (den == 0) return sqrt(num); /* an all-zero reference: absolute error */
-    return sqrt(num / den);
+    rs_slices(g_size, c->zero_rank, T_GLOB, count, first);
 }
 
 /* ---------------------------------------------------------------- ABI helpers */
@@ -425,7 +400,7 @@ static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context 
     const char *diff = NULL;
     double err = 0;
     if (!st) {
-        err = dmax(rel_err(got->y, y, got->n_tok), rel_err(got->dx, dx, got->n_tok));
+        err = dmax(rs_rel_err(got->y, y, got->n_tok), rs_rel_err(got->dx, dx, got->n_tok));
         if (err > CHUNK_TOL) diff = "y / dx";
     }
     struct {
@@ -439,7 +414,7 @@ static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context 
     for (int i = 0; i < (c->shared ? 6 : 3) && !st && !diff; i++) {
         st = copy_slot(layer, g[i].slot, 1, buf, g[i].n);
         if (!st) {
-            double e = rel_err(g[i].v, buf, g[i].n);
+            double e = rs_rel_err(g[i].v, buf, g[i].n);
             err = dmax(err, e);
             if (e > CHUNK_TOL) diff = g[i].name;
         }
@@ -578,14 +553,14 @@ static int run_case(const test_case *c)
             if (rst) {
                 snprintf(msg, MSG, "reference failed: %.400s", rmsg);
             } else {
-                double e_y = rel_err(yall, ref.y, (int64_t)T_GLOB * H), e_dx = rel_err(dxall, ref.dx, (int64_t)T_GLOB * H);
+                double e_y = rs_rel_err(yall, ref.y, (int64_t)T_GLOB * H), e_dx = rs_rel_err(dxall, ref.dx, (int64_t)T_GLOB * H);
                 double e_r = 0, e_s = 0, e_1 = 0, e_2 = 0, e_w = 0;
                 for (size_t r = 0; r < P; r++) {
-                    e_r = dmax(e_r, rel_err(rall + r * E * H, ref.router, E * H));
+                    e_r = dmax(e_r, rs_rel_err(rall + r * E * H, ref.router, E * H));
                     if (c->shared) {
-                        e_s = dmax(e_s, rel_err(s1all + r * 2 * FS * H, ref.sfc1, 2 * FS * H));
-                        e_s = dmax(e_s, rel_err(s2all + r * H * FS, ref.sfc2, H * FS));
-                        e_s = dmax(e_s, rel_err(sgall + r * H, ref.sgate, H));
+                        e_s = dmax(e_s, rs_rel_err(s1all + r * 2 * FS * H, ref.sfc1, 2 * FS * H));
+                        e_s = dmax(e_s, rs_rel_err(s2all + r * H * FS, ref.sfc2, H * FS));
+                        e_s = dmax(e_s, rs_rel_err(sgall + r * H, ref.sgate, H));
                     }
                 }
                 /* each DP replica's expert shards assembled into the global tensors */
@@ -597,10 +572,10 @@ static int run_case(const test_case *c)
                         place_shards(c, r, g1all + (size_t)r * (size_t)n1, g2all + (size_t)r * (size_t)n2, a1, a2);
                         place_shards(c, r, w1all + (size_t)r * (size_t)n1, w2all + (size_t)r * (size_t)n2, b1, b2);
                     }
-                    e_1 = dmax(e_1, rel_err(a1, ref.fc1, (int64_t)E * 2 * F * H));
-                    e_2 = dmax(e_2, rel_err(a2, ref.fc2, (int64_t)E * H * F));
-                    e_w = dmax(e_w, rel_err(b1, ref.w1, (int64_t)E * 2 * F * H));
-                    e_w = dmax(e_w, rel_err(b2, ref.w2, (int64_t)E * H * F));
+                    e_1 = dmax(e_1, rs_rel_err(a1, ref.fc1, (int64_t)E * 2 * F * H));
+                    e_2 = dmax(e_2, rs_rel_err(a2, ref.fc2, (int64_t)E * H * F));
+                    e_w = dmax(e_w, rs_rel_err(b1, ref.w1, (int64_t)E * 2 * F * H));
+                    e_w = dmax(e_w, rs_rel_err(b2, ref.w2, (int64_t)E * H * F));
                 }
                 free(a1);
                 free(a2);

@@ -1,0 +1,18 @@
+/*
+ * Helpers shared by the multi-rank equivalence tests (test_layer_ep.c, test_dispatcher_ep.c): how a
+ * global token set is sliced over the ranks, and the error measure the results are judged by.
+ */
+#ifndef MOE_TESTS_RANK_SPLIT_H
+#define MOE_TESTS_RANK_SPLIT_H
+
+#include <stdint.h>
+
+/* Contiguous slices of `total` tokens over `size` ranks, deliberately uneven (shares 5,3,4,6,...):
+ * count[r] tokens starting at first[r]. With zero_last, the last rank (when there are several) gets
+ * none, so a rank with zero tokens is exercised. */
+void rs_slices(int size, int zero_last, int64_t total, int64_t *count, int64_t *first);
+
+/* ||a - ref|| / ||ref|| over n floats (the absolute norm when ref is all zero); INFINITY if a holds NaN. */
+double rs_rel_err(const float *a, const float *ref, int64_t n);
+
+#endif /* MOE_TESTS_RANK_SPLIT_H */
