@@ -436,9 +436,11 @@ typedef struct moe_parallel_config {
     moe_comm *dp_comm;   /* router / shared-expert gradient reduction (DP x CP); NULL = none */
     moe_comm *bias_comm; /* expert-bias counts summed before the update (TP x CP x DP); NULL = this rank */
     int32_t dispatcher;  /* MOE_DISPATCHER_* */
-    int32_t num_chunks;  /* all-to-all dispatcher: split each step's rows into this many token chunks and
-                          * overlap the exchange of chunk i+1 with the expert compute of chunk i
-                          * (0 or 1 = unchunked). Results equal the unchunked path. */
+    int32_t num_chunks;  /* all-to-all dispatcher: split each step's rows into this many chunks, each a
+                          * group of local experts, and overlap the exchange of chunk i+1 with the
+                          * expert compute of chunk i (0 or 1 = unchunked; at most one chunk per local
+                          * expert: larger values are clamped to E_local; one rank, EP = ETP = 1, does
+                          * not chunk). Results are bitwise those of the unchunked path. */
 } moe_parallel_config;
 MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size);
 /* The comms are retained by the layer (the host may destroy its handles after this call). */

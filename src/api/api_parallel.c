@@ -58,10 +58,13 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     L->expert_first = L->ep_rank * L->E_local;
     L->F_local = L->F / etp;
     L->F1_local = L->gated ? 2 * L->F_local : L->F_local;
-    L->num_chunks = par.num_chunks > 1 ? par.num_chunks : 1;
-    /* one rank with chunks still runs the chunked pipeline (nothing to overlap, same result), so that
-     * num_chunks means the same thing on every layout */
-    L->disp = (ep == 1 && etp == 1 && L->num_chunks == 1) ? &moe_dispatch_local : moe_dispatcher_find(par.dispatcher);
+    /* chunks are groups of local experts: at most one per local expert. One rank (EP = ETP = 1) has
+     * nothing to exchange, so it runs the unchunked local dispatcher: chunking promises the unchunked
+     * result bit for bit, and on one rank that is the local dispatcher's (its rows are aligned
+     * differently from the all-to-all's). */
+    L->num_chunks = par.num_chunks < L->E_local ? par.num_chunks : L->E_local;
+    if (L->num_chunks < 1 || (ep == 1 && etp == 1)) L->num_chunks = 1;
+    L->disp = (ep == 1 && etp == 1) ? &moe_dispatch_local : moe_dispatcher_find(par.dispatcher);
     if (!L->disp)
         return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "par.dispatcher = %d is not available in this build", par.dispatcher);
     moe_comm **dst[6] = {&L->ep_comm, &L->etp_comm, &L->aux_comm, &L->edp_comm, &L->dp_comm, &L->bias_comm};

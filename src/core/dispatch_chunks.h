@@ -1,23 +1,21 @@
 /*
  * Chunked all-to-all dispatch (internal): the exchanges of the all-to-all dispatcher split into
- * L->num_chunks token chunks so that the expert compute of one chunk overlaps the exchanges of its
+ * chunks of LOCAL EXPERTS so that the expert compute of one chunk overlaps the exchanges of its
  * neighbours (docs/parallel.md, "Overlap").
  *
- * Chunk c holds the local tokens [c*T/C, (c+1)*T/C); padding rows of the plan belong to the last
- * chunk. Because the plan is expert-major with ascending tokens (padding last), chunk c's rows of
- * each expert are one contiguous run of that expert's block, and on the receiving side chunk c's rows
- * of every (local expert j, ETP rank q, EP source p) block are one contiguous run of the unchunked
- * block. So the unchunked expert-row order [j][q][p][row] (xoff, Rx) is kept exactly; a chunk only
- * fills part of it. Every rank runs C exchanges per direction whatever its token count (empty chunks
- * exchange zero bytes), so the collectives match across ranks.
- *
- * Row orders used here (all "chunk-major": chunk c's rows form one contiguous slice):
- *   send   [c][expert e][row]     the plan rows of chunk c (what is sent; combine results come back here)
- *   recv   [c][source p][j]       what chunk c's EP all-to-all delivers
- *   gath   [c][q][p][j]           recv all-gathered over ETP (= recv with Q = 1)
- *   local  [c][j][q][p]           chunk c's expert rows, grouped by local expert (the compute order)
- * Maps kept in the tape for backward: local row -> final expert row, gath row -> local row (relative
- * to the chunk) and send row -> plan row.
+ * With E_local local experts and C = min(L->num_chunks, E_local) chunks, chunk c is the group of local
+ * experts [c*E_local/C, (c+1)*E_local/C) — the same boundaries on every EP rank. What a chunk moves
+ * are the step's rows bound for those experts:
+ *   send   the plan is expert-major, so a rank's rows for peer q's experts of group c are ONE
+ *          contiguous range of plan rows per peer: they are sent from (and come back to) their plan
+ *          positions, with no chunk-order staging on the sending side
+ *   recv   [source p][j in group]  what chunk c's EP all-to-all delivers (this rank's rows)
+ *   gath   [ETP q][p][j in group]  recv all-gathered over ETP (= recv when ETP = 1)
+ *   expert the unchunked expert-row order [j][q][p] (xoff, Rx): group c's experts are contiguous
+ *          there, so chunk c fills exactly rows [xoff[g0[c]], xoff[g0[c+1]])
+ * Row i of chunk c's gath slice belongs at expert row em[x0[c] + i]. Why experts and not token
+ * ranges: a chunk's expert GEMMs are then the unchunked path's calls (same rows, same offsets), so
+ * the result is bitwise the unchunked one (fp32 GEMM kernels depend on the row count).
  */
 #ifndef MOE_CORE_DISPATCH_CHUNKS_H
 #define MOE_CORE_DISPATCH_CHUNKS_H
@@ -29,17 +27,17 @@
 typedef struct moe_chunks {
     int32_t C, P, Q, El, me_q;
     int64_t R, N, Rx;      /* plan rows, EP-received rows, expert rows */
-    const int64_t *send0;  /* [C+1] chunk starts in send order */
-    const int64_t *recv0;  /* [C+1] chunk starts in recv order */
-    const int64_t *x0;     /* [C+1] chunk starts in gath / local order */
-    const int64_t *cxoff;  /* [C][El+1] local-expert offsets inside chunk c (relative to x0[c]) */
-    const int64_t *cm;     /* [Rx] local row -> final expert row */
-    const int64_t *gm;     /* [Rx] gath row -> local row, relative to the chunk */
-    const int64_t *pm;     /* [R] send row -> plan row */
+    const int64_t *g0;     /* [C+1] first local expert of each group */
+    const int64_t *n0;     /* [C+1] chunk starts in recv order */
+    const int64_t *x0;     /* [C+1] chunk starts in gath / expert order (= xoff[g0[c]]) */
+    const int64_t *em;     /* [Rx] gath row -> expert row (absolute) */
 } moe_chunks;
 
-/* Forward, after the dispatch plan: exchanges the per-chunk counts (EP all-to-all, ETP all-gather)
- * and sets step->Rx, tape.xoff and the chunk maps. */
+/* The number of chunks a layer runs: num_chunks clamped to E_local (one chunk per local expert at most). */
+int32_t moe_chunks_count(const moe_layer *L);
+
+/* Forward, after the dispatch plan: exchanges the per-expert counts (EP all-to-all, ETP all-gather;
+ * the same exchanges as unchunked) and sets step->Rx, tape.xoff and the map em. */
 int32_t moe_chunks_setup(moe_layer *L, moe_step *s, moe_chunks *ck);
 /* The views of a step whose forward ran moe_chunks_setup. */
 void moe_chunks_view(moe_layer *L, moe_step *s, moe_chunks *ck);
@@ -57,27 +55,24 @@ typedef struct moe_chunk_flight {
  * expert GEMMs, because MPI moves a non-blocking collective only inside MPI calls. */
 int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl);
 
-/* Forward direction, chunk c: packs W-real rows (the token's row of tok [T,H], zero for padding,
- * then W - H reals of extra [R] per plan row when W > H) and starts the EP all-to-all. */
+/* Forward direction, chunk c: packs group c's plan rows of W reals (the token's row of tok [T,H], zero
+ * for padding, then W - H reals of extra [R] per plan row when W > H) at their plan positions and
+ * starts the EP all-to-all. */
 int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *tok,
                             const void *extra, int64_t W, moe_chunk_flight *fl);
 /* Waits for chunk c and all-gathers it over ETP; *gath = its rows [n_c, W] in gath order (row i
- * belongs at local row ck->gm[x0[c] + i]), valid until the pipeline ends. The caller places them, so
- * that each row is copied once into every place it is needed. */
+ * belongs at expert row ck->em[x0[c] + i]), valid until the chunk's reverse exchange starts. */
 int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
                              const void **gath, moe_chunk_flight *fl);
-/* Reverse direction, chunk c: rows [a | b] in local order, a [n_c, Wa] and b [n_c, Wb] (b NULL when
- * Wb = 0), partial over ETP -> ETP reduce-scatter -> starts the EP all-to-all back to the senders. */
+/* Reverse direction, chunk c: expert rows [a | b] of group c (a [Rx, Wa] and b [Rx, Wb] in expert
+ * order, b NULL when Wb = 0), partial over ETP -> ETP reduce-scatter -> starts the EP all-to-all back
+ * to the senders, which receive them at their plan positions. */
 int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *a, int64_t Wa,
                             const void *b, int64_t Wb, moe_chunk_flight *fl);
 int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl);
-/* After every chunk came back: the returned rows [R, W] in send order (row i is plan row ck->pm[i]),
- * contiguous with stride W; valid until moe_chunks_release. */
+/* After every chunk came back: the returned rows [R, W] in plan order, as the unchunked combine has
+ * them; valid until moe_chunks_release. */
 const void *moe_chunk_rev_rows(moe_layer *L, moe_step *s);
-/* out[t*K+k] = the send row of slot_row[t*K+k] (-1 stays -1), so unpermute reads the returned rows
- * in place; inv [R] is scratch. */
-void moe_chunks_send_slots(const moe_chunks *ck, int32_t nt, const int64_t *slot_row, int64_t TK, int64_t *inv,
-                           int64_t *out);
 /* After a failure: waits (ignoring their status) for the exchanges still in flight, so that no
  * request outlives the buffers it uses. */
 void moe_chunk_drain(moe_layer *L, moe_chunk_flight *fl);

@@ -36,8 +36,8 @@ typedef struct moe_dispatcher_ops {
 extern const moe_dispatcher_ops moe_dispatch_local;
 /* The dispatcher of a MOE_DISPATCHER_* kind (src/core/dispatch_registry.c); NULL if not built. */
 const moe_dispatcher_ops *moe_dispatcher_find(int32_t kind);
-/* The expert block pipelined over L->num_chunks token chunks (docs/parallel.md, "Overlap"), with the
- * same results as dispatch -> experts -> combine (and dispatch_grad -> expert data gradient ->
+/* The expert block pipelined over L->num_chunks groups of local experts (docs/parallel.md, "Overlap"),
+ * with bitwise the same results as dispatch -> experts -> combine (and dispatch_grad -> expert data gradient ->
  * combine_grad). forward: after the plan, sets Rx, xoff, xr, pr, z and writes ys [T,H] (=).
  * backward_data: dys [T,H] -> dxs [T,H] (=), dprobs [T,K] (=), filling dyr and dz so that the weights
  * phase runs unchanged (through expert_input). */

@@ -1,7 +1,8 @@
 # Expert-parallel layer == single-rank layer (tests/mpi/test_layer_ep.c), for 1, 2 and 4 ranks
-# (label "mpi"). Included by tests/mpi/CMakeLists.txt. The chunked cases (par.num_chunks = 2, 3, 50;
-# also checked bitwise against the unchunked layer and by their all-to-all count) are separate entries
-# so that they can be tracked on their own.
+# (label "mpi"). Included by tests/mpi/CMakeLists.txt. The chunked cases (par.num_chunks = 2, 3, 50,
+# chunks of local experts, 50 clamped to E_local; memcmp against the unchunked layer and checked by
+# their all-to-all count, 1 + 4 min(C, E_local)) are separate entries so that they can be tracked on
+# their own.
 add_executable(test_layer_ep ${CMAKE_CURRENT_LIST_DIR}/test_layer_ep.c ${CMAKE_CURRENT_LIST_DIR}/rank_split.c)
 # public ABI only: the shared library and its header
 target_link_libraries(test_layer_ep PRIVATE moe MPI::MPI_C m)

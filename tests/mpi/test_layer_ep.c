@@ -18,11 +18,12 @@
  * Expert EXPERT_DEAD never receives a token: the first input feature is shifted into [0.5, 2.5) and that
  * expert's router row is (-40, 0, ..., 0), so its logit is below every other expert's.
  *
- * Chunked cases (--chunked: par.num_chunks = 2, 3 and 50, the all-to-all dispatcher only; 50 chunks
- * is more than any rank's token count, so most chunks are empty) also run an unchunked layer on the
- * same ranks and require y, dx and every gradient to be bitwise equal to it, and count the EP
- * all-to-alls of the step (MPI_Ialltoallv, intercepted through the MPI profiling interface): a chunked
- * step must make 1 + 4C of them (none with one EP rank), so chunking that silently does nothing fails.
+ * Chunked cases (--chunked: par.num_chunks = 2, 3 and 50, the all-to-all dispatcher only; a chunk is a
+ * group of local experts, so 50 is clamped to E_local, and with EP = 4 all three are 2 chunks) also
+ * run an unchunked layer on the same ranks and require y, dx, every gradient and the aux loss to be
+ * bitwise equal to it (memcmp), and count the EP all-to-alls of the step (MPI_Ialltoallv, intercepted
+ * through the MPI profiling interface): a chunked step must make 1 + 4C' of them, C' = min(C, E_local)
+ * (none with one EP rank), so chunking that silently does nothing fails.
  *
  * Usage: test_layer_ep [--chunked]
  * Rank 0 prints one line per case and "N passed, M failed"; the exit status is non-zero on failure.
@@ -41,7 +42,6 @@
 
 enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_GLOB = 45, EXPERT_DEAD = 5, MSG = 512 };
 #define TOL 1e-5
-#define CHUNK_TOL 1e-6 /* chunked vs unchunked, same ranks (fp32 GEMM kernels may depend on the row count) */
 #define SEED 1234u
 #define TIMEOUT_MS 15000
 
@@ -377,13 +377,22 @@ int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispl
 typedef struct outputs {
     const float *y, *dx, *router, *fc1, *fc2, *s1, *s2, *sg;
     int64_t n_tok, n1, n2;
+    double aux;
 } outputs;
 
+/* Whether n floats are bitwise equal; *err = their largest relative difference, for the message. */
+static int same_bits(const float *a, const float *b, int64_t n, double *err)
+{
+    int same = memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+    if (!same) *err = dmax(*err, rs_rel_err(a, b, n));
+    return same;
+}
+
 /* The chunked run against an unchunked layer (num_chunks = 0) on the same ranks, comms and data: y, dx
- * and every gradient must be bitwise equal (the chunked path keeps every row's position and the
- * expert GEMMs are row-wise), and the step must have made the exchanges chunking implies:
- * 1 + 4C EP all-to-alls with C chunks (the counts, then C per direction in forward and in backward)
- * against 5 unchunked; none when the EP group is one rank. */
+ * every gradient and the aux loss must be bitwise equal (chunks are groups of whole experts, whose
+ * GEMMs are the unchunked calls), and the step must have made the exchanges chunking implies:
+ * 1 + 4C' EP all-to-alls with C' = min(C, E_local) chunks (the counts, then C' per direction in
+ * forward and in backward) against 5 unchunked; none when the EP group is one rank. */
 static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context *ctx, float *x, float *dy, int64_t T,
                                const outputs *got, long chunked_calls, double *max_err, char *msg)
 {
@@ -400,8 +409,12 @@ static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context 
     const char *diff = NULL;
     double err = 0;
     if (!st) {
-        err = dmax(rs_rel_err(got->y, y, got->n_tok), rs_rel_err(got->dx, dx, got->n_tok));
-        if (err > CHUNK_TOL) diff = "y / dx";
+        if (!same_bits(got->y, y, got->n_tok, &err)) diff = "y";
+        else if (!same_bits(got->dx, dx, got->n_tok, &err)) diff = "dx";
+        else if (memcmp(&got->aux, &aux, sizeof aux) != 0) {
+            diff = "aux loss";
+            err = fabs(got->aux - aux) / (fabs(aux) > 0 ? fabs(aux) : 1.0);
+        }
     }
     struct {
         int32_t slot;
@@ -413,18 +426,15 @@ static int32_t check_unchunked(const test_case *c, const comms *cm, moe_context 
               {MOE_PARAM_SHARED_FC2, got->s2, H * FS, "shared fc2 grad"}, {MOE_PARAM_SHARED_GATE, got->sg, H, "shared gate grad"}};
     for (int i = 0; i < (c->shared ? 6 : 3) && !st && !diff; i++) {
         st = copy_slot(layer, g[i].slot, 1, buf, g[i].n);
-        if (!st) {
-            double e = rs_rel_err(g[i].v, buf, g[i].n);
-            err = dmax(err, e);
-            if (e > CHUNK_TOL) diff = g[i].name;
-        }
+        if (!st && !same_bits(g[i].v, buf, g[i].n, &err)) diff = g[i].name;
     }
-    long want_chunked = c->ep > 1 ? 1 + 4L * c->chunks : 0, want_plain = c->ep > 1 ? 5 : 0;
+    const long chunks = c->chunks < E / c->ep ? c->chunks : E / c->ep; /* clamped to E_local */
+    long want_chunked = c->ep > 1 ? 1 + 4L * chunks : 0, want_plain = c->ep > 1 ? 5 : 0;
     if (st) {
         if (!msg[0]) last_error(ctx, msg, "unchunked comparison run", st);
     } else if (diff) {
-        snprintf(msg, MSG, "chunked %s differs from the unchunked run on the same ranks by %.2e (bound %.0e)", diff, err,
-                 CHUNK_TOL);
+        snprintf(msg, MSG, "chunked %s is not bitwise equal to the unchunked run on the same ranks (max rel. diff. %.2e)",
+                 diff, err);
         st = MOE_ERR_INTERNAL;
     } else if (chunked_calls != want_chunked || calls != want_plain) {
         snprintf(msg, MSG, "EP all-to-alls per step: chunked %ld (expected %ld), unchunked %ld (expected %ld)",
@@ -502,7 +512,7 @@ static int run_case(const test_case *c)
         if (st) last_error(ctx, msg, "parameter export", st);
     }
     if (c->chunks > 1 && !agree(st, msg, &failed_early)) {
-        outputs got = {y, dx, g_router, g1, g2, gs1, gs2, gsg, T * H, n1, n2};
+        outputs got = {y, dx, g_router, g1, g2, gs1, gs2, gsg, T * H, n1, n2, aux};
         st = check_unchunked(c, &cm, ctx, xg + t0 * H, dyg + t0 * H, T, &got, chunked_calls, &chunk_err, msg);
         double mine = chunk_err;
         MPI_Allreduce(&mine, &chunk_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
