@@ -29,9 +29,9 @@
         @test c.state.released == 1
     end
 
-    # One rank has nothing to exchange, so the chunked pipeline calls no all_to_all_v here; the
-    # dispatcher tests below run the exchanges through the Julia hooks.
-    @testset "chunked pipeline over the hooks comm" begin
+    # num_chunks is accepted on one rank, where there is nothing to exchange: the layer runs its
+    # local (unchunked) path and still matches the fixture. two_rank_tests.jl runs real exchanges.
+    @testset "num_chunks on a one-rank hooks comm" begin
         calls = Dict{Symbol,Int}()
         c = Comm(ctx, recording_hooks(calls))
         layer = fixture_layer(ctx, fx; ep = c, num_chunks = 2, dispatcher = LibMoE.DISPATCHER_ALL_TO_ALL)

@@ -43,4 +43,5 @@ include("hooks_helpers.jl")
     include("dispatcher_hooks_tests.jl")
     include("backward_phase_tests.jl")
     include("comm_ownership_tests.jl")
+    include("two_rank_tests.jl")
 end
