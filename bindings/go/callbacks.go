@@ -10,6 +10,7 @@ package moe
 import "C"
 
 import (
+	"fmt"
 	"runtime/cgo"
 	"unsafe"
 )
@@ -58,14 +59,17 @@ func gomoeRangePop(h C.uintptr_t) {
 	}
 }
 
-// hookStatus runs a communicator hook: 0 on success, 1 on an error or a panic.
-func hookStatus(f func() error) (st C.int32_t) {
+// hookStatus runs a communicator hook of c: 0 on success, 1 on an error or a panic, which is kept on
+// the context's guard so that the failing call's *Error carries it (guard.go, callOn).
+func hookStatus(c *commHooks, f func() error) (st C.int32_t) {
 	defer func() {
-		if recover() != nil {
+		if r := recover(); r != nil {
+			c.g.hookErr = fmt.Errorf("panic: %v", r)
 			st = 1
 		}
 	}()
-	if f() != nil {
+	if err := f(); err != nil {
+		c.g.hookErr = err
 		return 1
 	}
 	return 0
@@ -74,8 +78,8 @@ func hookStatus(f func() error) (st C.int32_t) {
 //export gomoeAllToAllV
 func gomoeAllToAllV(h C.uintptr_t, send unsafe.Pointer, sendBytes, sendOffsets *C.int64_t, recv unsafe.Pointer,
 	recvBytes, recvOffsets *C.int64_t) C.int32_t {
-	return hookStatus(func() error {
-		c := cgo.Handle(h).Value().(*commHooks)
+	c := cgo.Handle(h).Value().(*commHooks)
+	return hookStatus(c, func() error {
 		sb, so := c.perRank(sendBytes), c.perRank(sendOffsets)
 		rb, ro := c.perRank(recvBytes), c.perRank(recvOffsets)
 		return c.hooks.AllToAllV(bytesAt(send, extent(sb, so)), sb, so, bytesAt(recv, extent(rb, ro)), rb, ro)
@@ -85,8 +89,8 @@ func gomoeAllToAllV(h C.uintptr_t, send unsafe.Pointer, sendBytes, sendOffsets *
 //export gomoeAllGatherV
 func gomoeAllGatherV(h C.uintptr_t, send unsafe.Pointer, sendBytes C.int64_t, recv unsafe.Pointer,
 	recvBytes, recvOffsets *C.int64_t) C.int32_t {
-	return hookStatus(func() error {
-		c := cgo.Handle(h).Value().(*commHooks)
+	c := cgo.Handle(h).Value().(*commHooks)
+	return hookStatus(c, func() error {
 		rb, ro := c.perRank(recvBytes), c.perRank(recvOffsets)
 		return c.hooks.AllGatherV(bytesAt(send, int64(sendBytes)), bytesAt(recv, extent(rb, ro)), rb, ro)
 	})
@@ -94,8 +98,8 @@ func gomoeAllGatherV(h C.uintptr_t, send unsafe.Pointer, sendBytes C.int64_t, re
 
 //export gomoeAllReduce
 func gomoeAllReduce(h C.uintptr_t, buf unsafe.Pointer, count C.int64_t, dtype C.int32_t) C.int32_t {
-	return hookStatus(func() error {
-		c := cgo.Handle(h).Value().(*commHooks)
+	c := cgo.Handle(h).Value().(*commHooks)
+	return hookStatus(c, func() error {
 		dt := DType(dtype)
 		return c.hooks.AllReduce(bytesAt(buf, int64(count)*int64(dt.size())), int64(count), dt)
 	})
@@ -103,13 +107,14 @@ func gomoeAllReduce(h C.uintptr_t, buf unsafe.Pointer, count C.int64_t, dtype C.
 
 //export gomoeBroadcast
 func gomoeBroadcast(h C.uintptr_t, buf unsafe.Pointer, bytes C.int64_t, root C.int32_t) C.int32_t {
-	return hookStatus(func() error {
-		c := cgo.Handle(h).Value().(*commHooks)
+	c := cgo.Handle(h).Value().(*commHooks)
+	return hookStatus(c, func() error {
 		return c.hooks.Broadcast(bytesAt(buf, int64(bytes)), int(root))
 	})
 }
 
 //export gomoeBarrier
 func gomoeBarrier(h C.uintptr_t) C.int32_t {
-	return hookStatus(func() error { return cgo.Handle(h).Value().(*commHooks).hooks.Barrier() })
+	c := cgo.Handle(h).Value().(*commHooks)
+	return hookStatus(c, func() error { return c.hooks.Barrier() })
 }

@@ -257,15 +257,36 @@ func TestHooksCommErrors(t *testing.T) {
 
 	// a failing hook surfaces as StatusCallback
 	h = selfHooks(new(int))
-	h.AllReduce = func([]byte, int64, DType) error { return errors.New("network down") }
+	down := errors.New("network down")
+	h.AllReduce = func([]byte, int64, DType) error { return down }
 	comm, err := NewHooksComm(ctx, nil, h)
 	mustOK(t, "NewHooksComm", err)
 	defer comm.Close()
 	layer, err := NewParallelLayer(ctx, fixtureConfig(), ParallelConfig{DP: comm})
 	mustOK(t, "NewParallelLayer", err)
 	defer layer.Close()
-	if err := layer.ReduceGrads(); !errors.Is(err, StatusCallback) {
+	err = layer.ReduceGrads()
+	if !errors.Is(err, StatusCallback) {
 		t.Fatalf("ReduceGrads over a failing hook: %v, want StatusCallback", err)
+	}
+	// the hook's own error travels with it: in the message and through errors.Is / Unwrap
+	if !errors.Is(err, down) || !strings.Contains(err.Error(), "network down") {
+		t.Fatalf("ReduceGrads over a failing hook: %v, want the hook's error attached", err)
+	}
+	// a panicking hook is reported the same way, and the next good call carries no stale cause
+	h2 := selfHooks(new(int))
+	h2.AllReduce = func([]byte, int64, DType) error { panic("boom") }
+	comm2, err := NewHooksComm(ctx, nil, h2)
+	mustOK(t, "NewHooksComm", err)
+	defer comm2.Close()
+	layer2, err := NewParallelLayer(ctx, fixtureConfig(), ParallelConfig{DP: comm2})
+	mustOK(t, "NewParallelLayer", err)
+	defer layer2.Close()
+	if err := layer2.ReduceGrads(); !errors.Is(err, StatusCallback) || !strings.Contains(err.Error(), "panic: boom") {
+		t.Fatalf("ReduceGrads over a panicking hook: %v", err)
+	}
+	if err := layer2.ZeroGrad(); err != nil {
+		t.Fatalf("ZeroGrad after a failed hook: %v", err)
 	}
 }
 

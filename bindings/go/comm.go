@@ -83,6 +83,7 @@ type CommHooks struct {
 // commHooks is what the cgo.Handle of a hook comm holds.
 type commHooks struct {
 	hooks CommHooks
+	g     *guard // the context's: where a failing hook leaves its error
 }
 
 // perRank copies one per-rank array of the library.
@@ -98,7 +99,9 @@ func (c *commHooks) perRank(p *C.int64_t) []int64 {
 func extent(bytes, offsets []int64) int64 {
 	var n int64
 	for i := range bytes {
-		if e := offsets[i] + bytes[i]; bytes[i] > 0 && e > n {
+		// empty blocks count too, so that buf[off[p]:off[p]+bytes[p]] is a valid (empty) slice
+		// expression for every peer; nothing is ever read or written there
+		if e := offsets[i] + bytes[i]; e > n {
 			n = e
 		}
 	}
@@ -107,8 +110,11 @@ func extent(bytes, offsets []int64) int64 {
 
 // bytesAt aliases n bytes of library memory.
 func bytesAt(p unsafe.Pointer, n int64) []byte {
-	if p == nil || n <= 0 {
+	if n <= 0 {
 		return nil
+	}
+	if p == nil { // no bytes move (every block is empty): an empty stand-in keeps the offsets sliceable
+		return make([]byte, n)
 	}
 	return unsafe.Slice((*byte)(p), n)
 }
@@ -131,7 +137,7 @@ func NewHooksComm(ctx *Context, cfg *CommConfig, hooks CommHooks) (*Comm, error)
 	if missing != "" {
 		return nil, goError(StatusInvalidArgument, "CommHooks.%s is nil; only Barrier may be nil", missing)
 	}
-	h := newHookHandle(&commHooks{hooks: hooks})
+	h := newHookHandle(&commHooks{hooks: hooks, g: ctx.g})
 	table := C.gomoe_comm_hooks_new(C.uintptr_t(h), C.int32_t(hooks.Rank), C.int32_t(hooks.Size),
 		boolInt(hooks.Barrier != nil))
 	if table == nil {

@@ -45,9 +45,15 @@ func (s Status) Error() string { return s.String() }
 type Error struct {
 	Status  Status
 	Message string
+	// Cause is what a Go communicator hook returned (or the value it panicked with, as an error)
+	// when Status is StatusCallback; nil otherwise.
+	Cause error
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Unwrap gives the hook's error, so errors.Is / errors.As reach it.
+func (e *Error) Unwrap() error { return e.Cause }
 
 // Is reports whether target is this error's Status (or an *Error with the same Status).
 func (e *Error) Is(target error) bool {

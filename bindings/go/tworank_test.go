@@ -181,9 +181,7 @@ func place(recv []byte, got [][]byte, bytes, offsets []int64) error {
 		if int64(len(b)) != bytes[src] {
 			return fmt.Errorf("rank %d sent %d bytes, %d expected", src, len(b), bytes[src])
 		}
-		if len(b) > 0 { // an empty block's offset may lie past recv: the binding sizes recv by data only
-			copy(recv[offsets[src]:], b)
-		}
+		copy(recv[offsets[src]:offsets[src]+bytes[src]], b) // empty blocks too: every offset is sliceable
 	}
 	return nil
 }
@@ -259,9 +257,7 @@ func trHooks(rank, size int, x *trExchange, c *trCounts, fault trFault) CommHook
 				}
 				blocks := make([][]byte, size)
 				for d := range blocks {
-					if sb[d] > 0 { // as in place: an empty block's offset may lie past send
-						blocks[d] = append([]byte(nil), send[so[d]:so[d]+sb[d]]...)
-					}
+					blocks[d] = append([]byte(nil), send[so[d]:so[d]+sb[d]]...)
 				}
 				got, err := x.round(rank, blocks)
 				if err != nil {
@@ -690,8 +686,9 @@ func TestTwoRankMissingPeer(t *testing.T) {
 		}
 	})
 	mustOK(t, "rank 1 (build only)", errs[1])
-	// the binding reports StatusCallback without the hook's own error text: read it from the exchange
-	if !errors.Is(errs[0], StatusCallback) || !strings.Contains(ex.abortedWhy(), "rank 0: no peer") {
+	// StatusCallback, carrying the hook's own error (the exchange's reason)
+	if !errors.Is(errs[0], StatusCallback) || !strings.Contains(ex.abortedWhy(), "rank 0: no peer") ||
+		!strings.Contains(errs[0].Error(), "no peer") {
 		t.Fatalf("rank 0 without its peer: %v (exchange: %q), want StatusCallback after rank 0's timeout", errs[0],
 			ex.abortedWhy())
 	}
