@@ -195,8 +195,10 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
     }
     st = check_index_values(ctx, moe_tensor_data(indices), bits, T, K, E);
     if (st) return st;
-    return moe_dispatch_run(d, T, moe_tensor_data(x), moe_tensor_data(indices), bits,
-                            probs ? moe_tensor_data(probs) : NULL, stream, out);
+    const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(ctx, depth,
+                            moe_dispatch_run(d, T, moe_tensor_data(x), moe_tensor_data(indices), bits,
+                                             probs ? moe_tensor_data(probs) : NULL, stream, out));
 }
 
 /* ---- the dispatch handle ----------------------------------------------------------------------- */
@@ -240,7 +242,9 @@ MOE_API int32_t moe_dispatch_combine(moe_dispatch *h, const DLTensor *y_rows, DL
     int32_t st = moe_check_tensor(ctx, y_rows, "y_rows", 2, rs, d->dtype);
     if (!st) st = moe_check_tensor(ctx, y, "y", 2, ts, d->dtype);
     if (st) return st;
-    return moe_dispatch_combine_run(h, moe_tensor_data(y_rows), moe_tensor_data(y), stream);
+    const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(ctx, depth,
+                            moe_dispatch_combine_run(h, moe_tensor_data(y_rows), moe_tensor_data(y), stream));
 }
 
 MOE_API int32_t moe_dispatch_combine_backward(moe_dispatch *h, const DLTensor *dy, DLTensor *dy_rows,
@@ -257,8 +261,11 @@ MOE_API int32_t moe_dispatch_combine_backward(moe_dispatch *h, const DLTensor *d
     if (!st) st = moe_check_tensor(ctx, dy_rows, "dy_rows", 2, rs, d->dtype);
     if (!st && d_row_probs) st = moe_check_tensor(ctx, d_row_probs, "d_row_probs", 1, ps, d->dtype);
     if (st) return st;
-    return moe_dispatch_combine_backward_run(h, moe_tensor_data(dy), moe_tensor_data(dy_rows),
-                                             d_row_probs ? moe_tensor_data(d_row_probs) : NULL, stream);
+    const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(ctx, depth,
+                            moe_dispatch_combine_backward_run(h, moe_tensor_data(dy), moe_tensor_data(dy_rows),
+                                                              d_row_probs ? moe_tensor_data(d_row_probs) : NULL,
+                                                              stream));
 }
 
 MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, const DLTensor *d_row_probs,
@@ -274,8 +281,12 @@ MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, 
     if (!st) st = moe_check_tensor(ctx, dx, "dx", 2, ts, d->dtype);
     if (!st && dprobs) st = moe_check_tensor(ctx, dprobs, "dprobs", 2, ks, d->dtype);
     if (st) return st;
-    return moe_dispatch_backward_run(h, moe_tensor_data(dx_rows), d_row_probs ? moe_tensor_data(d_row_probs) : NULL,
-                                     moe_tensor_data(dx), dprobs ? moe_tensor_data(dprobs) : NULL, stream);
+    const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(ctx, depth,
+                            moe_dispatch_backward_run(h, moe_tensor_data(dx_rows),
+                                                      d_row_probs ? moe_tensor_data(d_row_probs) : NULL,
+                                                      moe_tensor_data(dx), dprobs ? moe_tensor_data(dprobs) : NULL,
+                                                      stream));
 }
 
 MOE_API void moe_dispatch_destroy(moe_dispatch *h)

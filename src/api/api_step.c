@@ -111,7 +111,9 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
     if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT && !all_finite(moe_tensor_data(x), T * layer->H, layer->dtype))
         return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
-    return moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), stream);
+    const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(ctx, depth,
+                            moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), stream));
 }
 
 static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn)
@@ -134,7 +136,9 @@ MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const 
     int32_t st = check_pair(layer, step, "moe_layer_backward_data");
     if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data");
     if (st) return st;
-    return moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
+    const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(layer->ctx, depth,
+                            moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream));
 }
 
 MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream)
@@ -145,16 +149,19 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
         return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
                           step->state == MOE_STEP_STATE_DONE ? "weight gradients of this step were already added"
                                                              : "run moe_layer_backward_data on this step first");
-    return moe_layer_backward_weights_impl(layer, step, stream);
+    const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
+    return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_impl(layer, step, stream));
 }
 
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward");
     if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward");
-    if (!st) st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
+    if (st) return st;
+    int32_t depth = layer->ctx->range_depth;
+    st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
     if (!st) st = moe_layer_backward_weights_impl(layer, step, stream);
-    return st;
+    return moe_range_unwind(layer->ctx, depth, st);
 }
 
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats)

@@ -30,6 +30,7 @@ struct moe_context {
     moe_logger logger;
     moe_profiler profiler;
     int32_t has_allocator, has_logger, has_profiler;
+    int32_t range_depth; /* profiler ranges pushed and not yet popped (see moe_range_unwind) */
     /* ledger (bytes by category) */
     int64_t mem_current[MOE_MEM_NUM_CATEGORIES];
     int64_t mem_peak[MOE_MEM_NUM_CATEGORIES];
@@ -71,11 +72,23 @@ void moe_context_release_ref(moe_context *ctx);
 /* ---- profiler ranges ---- */
 static inline void moe_range_push(moe_context *ctx, const char *name)
 {
+    ctx->range_depth++;
     if (ctx->has_profiler && ctx->profiler.range_push) ctx->profiler.range_push(ctx->profiler.user_data, name);
 }
 static inline void moe_range_pop(moe_context *ctx)
 {
+    if (ctx->range_depth <= 0) return;
+    ctx->range_depth--;
     if (ctx->has_profiler && ctx->profiler.range_pop) ctx->profiler.range_pop(ctx->profiler.user_data);
+}
+/* Pops the ranges an entry point left open when it failed half-way (its early returns skip their
+ * pops), so the host's profiler always sees balanced ranges; returns st. Entry points read the depth
+ * into a variable BEFORE calling into src/core (argument evaluation order is unspecified in C), then
+ * return moe_range_unwind(ctx, depth, impl(...)). */
+static inline int32_t moe_range_unwind(moe_context *ctx, int32_t depth, int32_t st)
+{
+    while (ctx->range_depth > depth) moe_range_pop(ctx);
+    return st;
 }
 
 static inline moe_exec moe_context_exec(const moe_context *ctx, void *stream)
