@@ -147,29 +147,6 @@ static int32_t check_index_values(moe_context *ctx, const void *data, int32_t bi
     return st;
 }
 
-/* 1 if the n reals at p (MOE_DTYPE_* dtype) are finite: an exponent field of all ones is Inf or NaN. */
-static int all_finite(const void *p, int64_t n, int32_t dtype)
-{
-    int bad = 0;
-    const unsigned char *b = p;
-    for (int64_t i = 0; i < n; i++) {
-        if (dtype == MOE_DTYPE_FP64) {
-            uint64_t u;
-            memcpy(&u, b + 8 * i, 8);
-            bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
-        } else if (dtype == MOE_DTYPE_BF16) {
-            uint16_t u;
-            memcpy(&u, b + 2 * i, 2);
-            bad |= (u & 0x7F80u) == 0x7F80u;
-        } else {
-            uint32_t u;
-            memcpy(&u, b + 4 * i, 4);
-            bad |= (u & 0x7F800000u) == 0x7F800000u;
-        }
-    }
-    return !bad;
-}
-
 MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, const DLTensor *indices,
                                         const DLTensor *probs, moe_dispatch **out, void *stream)
 {
@@ -190,7 +167,7 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
     if (probs) {
         st = moe_check_tensor(ctx, probs, "probs", 2, ps, d->dtype);
         if (st) return st;
-        if (!all_finite(moe_tensor_data(probs), T * K, d->dtype))
+        if (!moe_tensor_all_finite(moe_tensor_data(probs), T * K, d->dtype))
             return moe_errorf(ctx, MOE_ERR_NONFINITE, "probs holds NaN or Inf; expected finite probabilities");
     }
     st = check_index_values(ctx, moe_tensor_data(indices), bits, T, K, E);

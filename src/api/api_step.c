@@ -54,31 +54,6 @@ MOE_API void moe_step_destroy(moe_step *step)
     moe_layer_release_ref(layer);
 }
 
-/* 1 if the n elements at p (MOE_DTYPE_* dtype) are all finite: an exponent field of all ones is Inf/NaN. */
-static int all_finite(const void *p, int64_t n, int32_t dtype)
-{
-    int bad = 0;
-    if (dtype == MOE_DTYPE_FP64) {
-        const unsigned char *b = p;
-        for (int64_t i = 0; i < n; i++) {
-            uint64_t u;
-            memcpy(&u, b + 8 * i, 8);
-            bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
-        }
-    } else if (dtype == MOE_DTYPE_BF16) {
-        const uint16_t *u = p;
-        for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7F80u) == 0x7F80u;
-    } else {
-        const unsigned char *b = p;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, b + 4 * i, 4);
-            bad |= (u & 0x7F800000u) == 0x7F800000u;
-        }
-    }
-    return !bad;
-}
-
 static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
@@ -109,7 +84,7 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
-    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT && !all_finite(moe_tensor_data(x), T * layer->H, layer->dtype))
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT && !moe_tensor_all_finite(moe_tensor_data(x), T * layer->H, layer->dtype))
         return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
@@ -127,8 +102,13 @@ static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTen
                                                               : "backward already ran for this step's forward");
     int64_t shape[2] = {step->T, layer->H};
     int32_t st = moe_check_tensor(ctx, dy, "dy", 2, shape, layer->dtype);
+    if (!st) st = moe_check_tensor(ctx, dx, "dx", 2, shape, layer->dtype);
     if (st) return st;
-    return moe_check_tensor(ctx, dx, "dx", 2, shape, layer->dtype);
+    /* before the tape is touched: a rejected backward leaves the step as it was */
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT &&
+        !moe_tensor_all_finite(moe_tensor_data(dy), step->T * layer->H, layer->dtype))
+        return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
+    return MOE_OK;
 }
 
 MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)

@@ -129,8 +129,6 @@ typedef struct moe_ops {
      * round-to-nearest-even, NaN stays NaN. */
     int32_t (*convert)(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
                        int32_t dst_dtype);
-    /* *all_finite = 1 if all n reals are finite, else 0. */
-    int32_t (*check_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t *all_finite);
     /* y[i] (+)= alpha * x[i] over n reals; accumulate = 0 overwrites. */
     int32_t (*axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y);
 } moe_ops;

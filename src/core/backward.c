@@ -105,11 +105,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
 
     if (L->dtype == cdt) memcpy(tp->dys.p, dy, (size_t)(T * H) * es);
     else OP(convert, e, T * H, dy, L->dtype, tp->dys.p, cdt);
-    if (L->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
-        int32_t finite = 1;
-        OP(check_finite, e, T * H, tp->dys.p, &finite);
-        if (!finite) return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
-    }
+    /* NaN/Inf in dy were rejected by the entry point before the tape was touched */
 
     const moe_chunked_ops *chunked = L->num_chunks > 1 ? moe_dispatcher_chunked(L->disp) : NULL;
     if (chunked) {

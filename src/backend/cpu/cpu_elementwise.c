@@ -1,5 +1,5 @@
 /*
- * Element-wise helpers: storage-dtype conversion (fp32 / bf16 / fp64), finiteness check, axpy.
+ * Element-wise helpers: storage-dtype conversion (fp32 / bf16 / fp64), axpy.
  *
  * bf16 is stored as uint16_t: the top half of an fp32. Rounding to bf16 is round-to-nearest-even;
  * NaN stays a (quiet) NaN with its sign; overflow rounds to Inf like any IEEE narrowing. fp64 -> bf16
@@ -101,25 +101,6 @@ int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32
         for (int64_t i = 0; i < n; i++) db[i] = f64_to_bf16(sd[i]);
         break;
     }
-    return MOE_OK;
-}
-
-/* *all_finite = 1 if every x[i] (real) is neither Inf nor NaN. */
-int32_t MOE_R(cpu_check_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t *all_finite)
-{
-    if (ex == NULL || n < 0 || all_finite == NULL || (n > 0 && x == NULL)) return MOE_ERR_INVALID_ARGUMENT;
-#if defined(MOE_REAL_F64) && MOE_REAL_F64
-    const real big = DBL_MAX;
-#else
-    const real big = FLT_MAX;
-#endif
-    const real *X = (const real *)x;
-    const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n >= PAR_MIN_ELEMS;
-    int bad = 0;
-    /* !(|x| <= max) is true exactly for Inf and NaN; a branch-free OR lets the loop vectorise */
-#pragma omp parallel for schedule(static) num_threads(nt) if (par) reduction(| : bad)
-    for (int64_t i = 0; i < n; i++) bad |= !(rfabs(X[i]) <= big);
-    *all_finite = bad ? 0 : 1;
     return MOE_OK;
 }
 

@@ -47,7 +47,6 @@ int32_t MOE_R(cpu_act_bwd)(const moe_exec *ex, int32_t activation, int64_t n, in
 /* cpu_elementwise.c */
 int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
                            int32_t dst_dtype);
-int32_t MOE_R(cpu_check_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t *all_finite);
 int32_t MOE_R(cpu_axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y);
 
 #endif /* MOE_CPU_OPS_H */

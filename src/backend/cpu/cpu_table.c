@@ -21,6 +21,5 @@ const moe_ops MOE_R(moe_cpu_ops) = {
     .act_fwd = MOE_R(cpu_act_fwd),
     .act_bwd = MOE_R(cpu_act_bwd),
     .convert = MOE_R(cpu_convert),
-    .check_finite = MOE_R(cpu_check_finite),
     .axpby = MOE_R(cpu_axpby),
 };
