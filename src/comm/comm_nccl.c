@@ -160,6 +160,32 @@ static int32_t end_group_and_wait(moe_comm *c, const char *op, ncclResult_t firs
     return await_completion(c, op, NULL, deadline);
 }
 
+/* One blocking grouped collective: on the comm's device, its NCCL calls between begin and end, then
+ * waited for under the comm's deadline. Enqueue failures are kept in g.first (keep_first) and
+ * reported by group_end, which also restores the caller's device. */
+typedef struct nccl_group {
+    int prev_device;
+    int64_t deadline;
+    ncclResult_t first;
+} nccl_group;
+
+static int32_t group_begin(moe_comm *c, const char *op, nccl_group *g)
+{
+    int32_t st = enter_device(c->ctx, op, impl_of(c)->device, &g->prev_device);
+    if (st) return st;
+    g->deadline = deadline_of(c);
+    g->first = ncclSuccess;
+    keep_first(&g->first, ncclGroupStart());
+    return MOE_OK;
+}
+
+static int32_t group_end(moe_comm *c, const char *op, nccl_group *g)
+{
+    int32_t st = end_group_and_wait(c, op, g->first, g->deadline);
+    leave_device(g->prev_device);
+    return st;
+}
+
 static int32_t check_device_ptr(moe_comm *c, const char *op, const char *name, const void *p)
 {
     if (!p) return MOE_OK;
@@ -335,25 +361,20 @@ static int32_t nccl_all_gather_v(moe_comm *c, const void *send, int64_t send_byt
         total |= recv_bytes[p];
     }
     if (total == 0) return MOE_OK; /* every rank sees the same recv_bytes */
-    int prev;
-    st = enter_device(c->ctx, op, im->device, &prev);
+    nccl_group g;
+    st = group_begin(c, op, &g);
     if (st) return st;
-    int64_t deadline = deadline_of(c);
-    ncclResult_t first = ncclSuccess;
-    keep_first(&first, ncclGroupStart());
     if (uniform) {
-        keep_first(&first, ncclAllGather(send, recv, (size_t)b, ncclUint8, im->comm, im->stream));
+        keep_first(&g.first, ncclAllGather(send, recv, (size_t)b, ncclUint8, im->comm, im->stream));
     } else {
         for (int32_t p = 0; p < c->size; p++) {
             if (recv_bytes[p] == 0) continue;
             char *dst = (char *)recv + recv_offsets[p];
-            keep_first(&first, ncclBroadcast(p == c->rank ? send : dst, dst, (size_t)recv_bytes[p], ncclUint8, p, im->comm,
+            keep_first(&g.first, ncclBroadcast(p == c->rank ? send : dst, dst, (size_t)recv_bytes[p], ncclUint8, p, im->comm,
                                              im->stream));
         }
     }
-    st = end_group_and_wait(c, op, first, deadline);
-    leave_device(prev);
-    return st;
+    return group_end(c, op, &g);
 }
 
 /* ---------------------------------------------------------------- reductions */
@@ -365,16 +386,11 @@ static int32_t nccl_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dt
     if (st) return st;
     if (count == 0) return MOE_OK;
     nccl_impl *im = impl_of(c);
-    int prev;
-    st = enter_device(c->ctx, op, im->device, &prev);
+    nccl_group g;
+    st = group_begin(c, op, &g);
     if (st) return st;
-    int64_t deadline = deadline_of(c);
-    ncclResult_t first = ncclSuccess;
-    keep_first(&first, ncclGroupStart());
-    keep_first(&first, ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), ncclSum, im->comm, im->stream));
-    st = end_group_and_wait(c, op, first, deadline);
-    leave_device(prev);
-    return st;
+    keep_first(&g.first, ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), ncclSum, im->comm, im->stream));
+    return group_end(c, op, &g);
 }
 
 static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype)
@@ -391,14 +407,11 @@ static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, co
     int uniform = 1;
     for (int32_t p = 1; p < c->size; p++)
         if (recv_counts[p] != recv_counts[0]) uniform = 0;
-    int prev;
-    st = enter_device(c->ctx, op, im->device, &prev);
+    nccl_group g;
+    st = group_begin(c, op, &g);
     if (st) return st;
-    int64_t deadline = deadline_of(c);
-    ncclResult_t first = ncclSuccess;
-    keep_first(&first, ncclGroupStart());
     if (uniform) {
-        keep_first(&first, ncclReduceScatter(send, recv, (size_t)recv_counts[0], nccl_type(dtype), ncclSum, im->comm,
+        keep_first(&g.first, ncclReduceScatter(send, recv, (size_t)recv_counts[0], nccl_type(dtype), ncclSum, im->comm,
                                              im->stream));
     } else {
         int64_t before = 0;
@@ -406,15 +419,13 @@ static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, co
             if (recv_counts[p] > 0) {
                 /* recvbuff is only written on the root; the others pass the engine's scratch */
                 void *dst = p == c->rank ? recv : im->scratch;
-                keep_first(&first, ncclReduce((const char *)send + (size_t)before * es, dst, (size_t)recv_counts[p],
+                keep_first(&g.first, ncclReduce((const char *)send + (size_t)before * es, dst, (size_t)recv_counts[p],
                                               nccl_type(dtype), ncclSum, p, im->comm, im->stream));
             }
             before += recv_counts[p];
         }
     }
-    st = end_group_and_wait(c, op, first, deadline);
-    leave_device(prev);
-    return st;
+    return group_end(c, op, &g);
 }
 
 /* ---------------------------------------------------------------- broadcast, barrier */
@@ -426,16 +437,11 @@ static int32_t nccl_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t roo
     if (st) return st;
     if (bytes == 0) return MOE_OK;
     nccl_impl *im = impl_of(c);
-    int prev;
-    st = enter_device(c->ctx, op, im->device, &prev);
+    nccl_group g;
+    st = group_begin(c, op, &g);
     if (st) return st;
-    int64_t deadline = deadline_of(c);
-    ncclResult_t first = ncclSuccess;
-    keep_first(&first, ncclGroupStart());
-    keep_first(&first, ncclBroadcast(buf, buf, (size_t)bytes, ncclUint8, root, im->comm, im->stream));
-    st = end_group_and_wait(c, op, first, deadline);
-    leave_device(prev);
-    return st;
+    keep_first(&g.first, ncclBroadcast(buf, buf, (size_t)bytes, ncclUint8, root, im->comm, im->stream));
+    return group_end(c, op, &g);
 }
 
 static int32_t nccl_barrier(moe_comm *c)
@@ -444,16 +450,11 @@ static int32_t nccl_barrier(moe_comm *c)
     int32_t st = moe_comm_check_usable(c, op);
     if (st) return st;
     nccl_impl *im = impl_of(c);
-    int prev;
-    st = enter_device(c->ctx, op, im->device, &prev);
+    nccl_group g;
+    st = group_begin(c, op, &g);
     if (st) return st;
-    int64_t deadline = deadline_of(c);
-    ncclResult_t first = ncclSuccess;
-    keep_first(&first, ncclGroupStart());
-    keep_first(&first, ncclAllReduce(im->scratch, im->scratch, 1, ncclInt32, ncclSum, im->comm, im->stream));
-    st = end_group_and_wait(c, op, first, deadline);
-    leave_device(prev);
-    return st;
+    keep_first(&g.first, ncclAllReduce(im->scratch, im->scratch, 1, ncclInt32, ncclSum, im->comm, im->stream));
+    return group_end(c, op, &g);
 }
 
 /* ---------------------------------------------------------------- lifetime */
