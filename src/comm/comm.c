@@ -269,3 +269,43 @@ int32_t moe_comm_check_split(moe_comm *c, const char *op, moe_comm **out)
         return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (%s) %s: out is NULL", moe_comm_kind_name(c->kind), op);
     return MOE_OK;
 }
+
+/* ---- non-blocking entries of synchronous comms (self, hooks) ---- */
+
+int32_t moe_comm_sync_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                         const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                         const int64_t *recv_offsets, moe_comm_request **req)
+{
+    if (!req)
+        return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (%s) all_to_all_v_start: req is NULL",
+                          moe_comm_kind_name(c->kind));
+    moe_comm_request *r = NULL;
+    int32_t st = moe_comm_request_new(c, NULL, &r);
+    if (st) return st;
+    st = c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    if (st) {
+        moe_comm_request_free(r);
+        return st;
+    }
+    *req = r;
+    return MOE_OK;
+}
+
+int32_t moe_comm_sync_wait(moe_comm *c, moe_comm_request *req)
+{
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    moe_comm_request_free(req); /* the exchange completed in start */
+    return MOE_OK;
+}
+
+int32_t moe_comm_sync_test(moe_comm *c, moe_comm_request *req, int32_t *done)
+{
+    if (!done)
+        return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (%s) test: done is NULL",
+                          moe_comm_kind_name(c->kind));
+    int32_t st = moe_comm_request_check(c, req);
+    if (st) return st;
+    *done = 1; /* start already moved the blocks */
+    return MOE_OK;
+}

@@ -42,40 +42,6 @@ static int32_t hooks_all_to_all_v(moe_comm *c, const void *send, const int64_t *
     return rc ? hook_failed(c, "all_to_all_v", rc) : MOE_OK;
 }
 
-static int32_t hooks_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
-                                        const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                        const int64_t *recv_offsets, moe_comm_request **req)
-{
-    if (!req) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (hooks) all_to_all_v_start: req is NULL");
-    moe_comm_request *r;
-    int32_t st = moe_comm_request_new(c, NULL, &r);
-    if (st) return st;
-    st = hooks_all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
-    if (st) {
-        moe_comm_request_free(r);
-        return st;
-    }
-    *req = r;
-    return MOE_OK;
-}
-
-static int32_t hooks_wait(moe_comm *c, moe_comm_request *req)
-{
-    int32_t st = moe_comm_request_check(c, req);
-    if (st) return st;
-    moe_comm_request_free(req);
-    return MOE_OK;
-}
-
-static int32_t hooks_test(moe_comm *c, moe_comm_request *req, int32_t *done)
-{
-    if (!done) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (hooks) test: done is NULL");
-    int32_t st = moe_comm_request_check(c, req);
-    if (st) return st;
-    *done = 1; /* the exchange completed inside start */
-    return MOE_OK;
-}
-
 static int32_t hooks_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
                                   const int64_t *recv_bytes, const int64_t *recv_offsets)
 {
@@ -164,9 +130,9 @@ static void hooks_destroy_impl(moe_comm *c)
 const moe_comm_ops moe_comm_hooks_ops = {
     "hooks",
     hooks_all_to_all_v,
-    hooks_all_to_all_v_start,
-    hooks_wait,
-    hooks_test,
+    moe_comm_sync_all_to_all_v_start,
+    moe_comm_sync_wait,
+    moe_comm_sync_test,
     hooks_all_gather_v,
     hooks_all_reduce,
     hooks_reduce_scatter,

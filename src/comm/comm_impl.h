@@ -25,6 +25,14 @@ int32_t moe_comm_request_new(moe_comm *c, void *impl, moe_comm_request **out);
 int32_t moe_comm_request_check(moe_comm *c, const moe_comm_request *req);
 void moe_comm_request_free(moe_comm_request *req);
 
+/* The non-blocking entries of a comm whose exchanges are synchronous (self, host hooks): start runs
+ * c->ops->all_to_all_v to completion and returns a finished request; test says done; wait frees it. */
+int32_t moe_comm_sync_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                         const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                         const int64_t *recv_offsets, moe_comm_request **req);
+int32_t moe_comm_sync_wait(moe_comm *c, moe_comm_request *req);
+int32_t moe_comm_sync_test(moe_comm *c, moe_comm_request *req, int32_t *done);
+
 /* ---- time: CLOCK_MONOTONIC in nanoseconds, and a polling back-off ---- */
 int64_t moe_comm_now_ns(void);
 /* Called between polls (*iteration starts at 0): spins for the first calls, then yields, then sleeps

@@ -27,42 +27,6 @@ static int32_t self_all_to_all_v(moe_comm *c, const void *send, const int64_t *s
     return MOE_OK;
 }
 
-static int32_t self_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
-                                       const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                       const int64_t *recv_offsets, moe_comm_request **req)
-{
-    if (!req)
-        return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (self) all_to_all_v_start: req is NULL");
-    moe_comm_request *r;
-    int32_t st = moe_comm_request_new(c, NULL, &r);
-    if (st) return st;
-    st = self_all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
-    if (st) {
-        moe_comm_request_free(r);
-        return st;
-    }
-    *req = r;
-    return MOE_OK;
-}
-
-static int32_t self_wait(moe_comm *c, moe_comm_request *req)
-{
-    int32_t st = moe_comm_request_check(c, req);
-    if (st) return st;
-    moe_comm_request_free(req); /* the exchange completed in start */
-    return MOE_OK;
-}
-
-/* start already moved the block: every request is complete */
-static int32_t self_test(moe_comm *c, moe_comm_request *req, int32_t *done)
-{
-    if (!done) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (self) test: done is NULL");
-    int32_t st = moe_comm_request_check(c, req);
-    if (st) return st;
-    *done = 1;
-    return MOE_OK;
-}
-
 static int32_t self_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
                                  const int64_t *recv_offsets)
 {
@@ -109,9 +73,9 @@ static void self_destroy_impl(moe_comm *c) { (void)c; }
 const moe_comm_ops moe_comm_self_ops = {
     "self",
     self_all_to_all_v,
-    self_all_to_all_v_start,
-    self_wait,
-    self_test,
+    moe_comm_sync_all_to_all_v_start,
+    moe_comm_sync_wait,
+    moe_comm_sync_test,
     self_all_gather_v,
     self_all_reduce,
     self_reduce_scatter,
