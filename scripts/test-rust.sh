@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Rust binding's tests: generates the reference fixture, runs `cargo test --lib --tests`
-# (offline; no crates.io dependencies) in bindings/rust, then the example trainer, which must
+# (offline; no crates.io dependencies) in bindings/rust, the compile-fail doctests, then the
+# example trainer, which must
 # report a falling loss. Cargo's output goes under BUILD_DIR/rust-target, so the checkout stays clean.
 #
 #   bash scripts/test-rust.sh [BUILD_DIR]      # BUILD_DIR: a built libmoe tree (default: build)
@@ -31,6 +32,10 @@ status=${PIPESTATUS[0]}
 set -o pipefail
 grep -q '^test result:' "$tmp/cargo.log" || { echo "test-rust: cargo printed no test result" >&2; exit 1; }
 ((status == 0)) || exit "$status"
+
+# the compile-fail doctests of moe/src/lib.rs: what the safe API's types rule out at compile time
+echo "== doctests (compile_fail: borrows, lifetimes, !Sync)"
+cargo test --offline --doc -p moe
 
 echo "== example: train"
 cargo run --offline --release --quiet --example train | tee "$tmp/train.log"

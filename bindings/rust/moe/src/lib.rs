@@ -12,6 +12,40 @@
 //!   unwinds into C: it fails the libmoe call that ran it with `Status::Callback`.
 //! - Tensors are DLPack views over Rust slices: `TensorRef<'a, T>` borrows `&'a [T]`, `TensorMut<'a, T>`
 //!   borrows `&'a mut [T]`.
+//!
+//! What the compiler rules out (each block below is a doctest that must FAIL to compile; `cargo test
+//! --doc` checks it, and `scripts/test-rust.sh` runs it):
+//!
+//! Reading an output buffer while the view the library writes through is alive:
+//! ```compile_fail
+//! let mut y = vec![0f32; 8];
+//! let mut out = moe::TensorMut::new(&mut y, &[2, 4]).unwrap();
+//! let first = y[0]; // y is mutably borrowed by `out`
+//! drop(&mut out);
+//! # let _ = first;
+//! ```
+//! A view outliving the memory it describes:
+//! ```compile_fail
+//! let view = {
+//!     let x = vec![0f32; 8];
+//!     moe::TensorRef::new(&x, &[2, 4]).unwrap() // x is dropped at the end of the block
+//! };
+//! # let _ = view;
+//! ```
+//! Sharing one layer between threads (handles are `Send`, not `Sync`):
+//! ```compile_fail
+//! fn shared<T: Sync>(_: &T) {}
+//! let ctx = moe::Context::builder().build().unwrap();
+//! let layer = moe::Layer::new(&ctx, &moe::LayerConfig::new(8, 16, 4, 2)).unwrap();
+//! shared(&layer);
+//! ```
+//! Moving a layer to another thread is fine:
+//! ```
+//! fn sendable<T: Send>(_: T) {}
+//! let ctx = moe::Context::builder().build().unwrap();
+//! let layer = moe::Layer::new(&ctx, &moe::LayerConfig::new(8, 16, 4, 2)).unwrap();
+//! sendable(layer);
+//! ```
 
 mod callbacks;
 mod comm;
