@@ -81,3 +81,9 @@ pub use version::{build_features, version_number, version_string};
 
 /// The raw FFI crate, for what the safe API does not wrap.
 pub use moe_sys as sys;
+
+/// The code blocks of bindings/rust/README.md, compiled and run as doctests so the README's example
+/// stays true to the API (`cargo test --doc`).
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
