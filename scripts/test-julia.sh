@@ -56,3 +56,11 @@ export LIBMOE_PATH=$build/libmoe.so.0
 # A private depot: the precompile cache of this checkout never mixes with another one's.
 export JULIA_DEPOT_PATH=$tmp/depot
 "$julia" --project="$root/bindings/julia" "$root/bindings/julia/test/runtests.jl"
+
+# ---------------------------------------------------------------- 5. the README's example, as written
+# (the first julia block after "## Example"): the documentation stays true to the package
+awk '/^## Example/ {on = 1} on && /^```julia/ {inblk = 1; next} inblk && /^```/ {exit} inblk {print}' \
+  "$root/bindings/julia/README.md" >"$tmp/readme_example.jl"
+[[ -s "$tmp/readme_example.jl" ]] || { echo "test-julia: no julia example under '## Example' in the README" >&2; exit 1; }
+"$julia" --project="$root/bindings/julia" "$tmp/readme_example.jl"
+echo "test-julia: README example ran ($(wc -l <"$tmp/readme_example.jl") lines)"
