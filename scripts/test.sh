@@ -3,7 +3,8 @@
 #   1. dependencies (scripts/setup-deps.sh)
 #   2. build/       Release, -Werror, CUDA detected (nvcc put on PATH): library, tests, examples,
 #                   benchmarks; then ctest (GPU-labelled tests only where a GPU is present)
-#   3. build-asan/  Debug with AddressSanitizer + UBSan, library and unit tests; ctest -L unit
+#   3. build-asan/  Debug with AddressSanitizer + UBSan, library and tests; ctest -L unit (leaks
+#                   checked), then ctest -L mpi with 2 threads per rank
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
 #   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline
 #   6. language bindings against build/: coverage of abi/moe.h (scripts/check-bindings.sh), then the
@@ -65,8 +66,10 @@ done_section "$current"
 
 # ---------------------------------------------------------------- 3. sanitizers
 current="build (ASan+UBSan, Debug)"; section "$current"
+# MOE_ROWS_PAR_MIN_BYTES=1: every row copy of the dispatchers takes its OpenMP path, which the small
+# test problems would otherwise never reach (the multi-rank tests below run with 2 threads)
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMOE_SANITIZE=ON -DMOE_WERROR=ON \
-  -DMOE_CUDA=OFF -DMOE_BUILD_EXAMPLES=OFF
+  -DMOE_CUDA=OFF -DMOE_BUILD_EXAMPLES=OFF -DCMAKE_C_FLAGS=-DMOE_ROWS_PAR_MIN_BYTES=1
 cmake --build build-asan -j "$jobs"
 done_section "$current"
 
@@ -80,7 +83,17 @@ if [[ -f "$root/tests/lsan.supp" ]]; then
   export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp:print_suppressions=0"
 fi
 ctest --test-dir build-asan --output-on-failure --no-tests=error -L unit
-unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS CK_TIMEOUT_MULTIPLIER
+unset LSAN_OPTIONS CK_TIMEOUT_MULTIPLIER
+done_section "$current"
+
+current="ctest -L mpi (build-asan/, 2 threads)"; section "$current"
+# Address and UB errors in the multi-rank paths (dispatchers, chunked pipeline, comms); leak checking
+# is off here because Open MPI's own allocations outlive MPI_Finalize.
+# OMP_WAIT_POLICY=PASSIVE: 4 ranks x 2 threads on 2 cores; spinning OpenMP workers made the 4-rank
+# chunked test take 104 s instead of 5 s (docs/parallel.md, "Ranks sharing cores")
+ASAN_OPTIONS="detect_leaks=0" MOE_TEST_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
+  ctest --test-dir build-asan --output-on-failure --no-tests=error -L mpi
+unset ASAN_OPTIONS UBSAN_OPTIONS
 done_section "$current"
 
 # ---------------------------------------------------------------- 4. install test

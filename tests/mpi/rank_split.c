@@ -2,6 +2,7 @@
 #include "rank_split.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void rs_slices(int size, int zero_last, int64_t total, int64_t *count, int64_t *first)
 {
@@ -30,4 +31,11 @@ double rs_rel_err(const float *a, const float *ref, int64_t n)
         den += (double)ref[i] * (double)ref[i];
     }
     return den == 0 ? sqrt(num) : sqrt(num / den);
+}
+
+int32_t rs_threads(void)
+{
+    const char *v = getenv("MOE_TEST_THREADS");
+    int n = v ? atoi(v) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
 }

@@ -15,4 +15,8 @@ void rs_slices(int size, int zero_last, int64_t total, int64_t *count, int64_t *
 /* ||a - ref|| / ||ref|| over n floats (the absolute norm when ref is all zero); INFINITY if a holds NaN. */
 double rs_rel_err(const float *a, const float *ref, int64_t n);
 
+/* Worker threads of the tests' contexts: MOE_TEST_THREADS (1 when unset or invalid). CI also runs the
+ * multi-rank tests with 2 threads and a library built to parallelise every row copy. */
+int32_t rs_threads(void);
+
 #endif /* MOE_TESTS_RANK_SPLIT_H */

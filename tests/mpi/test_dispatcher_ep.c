@@ -271,7 +271,7 @@ static int run_case(const test_case *c)
     moe_dispatcher *d = NULL;
     moe_context_config cc;
     moe_context_config_init(&cc, sizeof cc);
-    cc.num_threads = 1;
+    cc.num_threads = rs_threads();
     moe_comm_config ccfg;
     moe_comm_config_init(&ccfg, sizeof ccfg);
     ccfg.timeout_ms = TIMEOUT_MS;

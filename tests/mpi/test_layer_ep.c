@@ -240,7 +240,7 @@ static int32_t run_reference(const test_case *c, const float *xg, const float *d
 {
     moe_context_config cc;
     moe_context_config_init(&cc, sizeof cc);
-    cc.num_threads = 1;
+    cc.num_threads = rs_threads();
     moe_context *ctx = NULL;
     int32_t st = moe_context_create(&cc, &ctx);
     if (st) {
@@ -472,7 +472,7 @@ static int run_case(const test_case *c)
 
     moe_context_config cc;
     moe_context_config_init(&cc, sizeof cc);
-    cc.num_threads = 1;
+    cc.num_threads = rs_threads();
     moe_context *ctx = NULL;
     int32_t st = moe_context_create(&cc, &ctx);
     if (st) last_error(NULL, msg, "moe_context_create", st);
