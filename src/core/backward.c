@@ -103,8 +103,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
     void *dxs = (L->dtype == cdt) ? dx : tp->dxtmp.p; /* in place when the host dtype is the compute dtype */
 
-    if (L->dtype == cdt) memcpy(tp->dys.p, dy, (size_t)(T * H) * es);
-    else OP(convert, e, T * H, dy, L->dtype, tp->dys.p, cdt);
+    OP(convert, e, T * H, dy, L->dtype, tp->dys.p, cdt); /* a copy when the dtypes match */
     /* NaN/Inf in dy were rejected by the entry point before the tape was touched */
 
     const moe_chunked_ops *chunked = L->num_chunks > 1 ? moe_dispatcher_chunked(L->disp) : NULL;

@@ -69,31 +69,19 @@ void moe_dispatcher_release_ref(moe_dispatcher *d)
     moe_context_release_ref(ctx);
 }
 
-int64_t moe_dispatcher_capacity(const moe_dispatcher *d, int64_t T)
-{
-    const moe_layer *L = &d->shell;
-    if (L->capacity_factor <= 0) return -1;
-    /* the same expression as the layer's (forward.c), so both drop the same assignments */
-    return (int64_t)ceil((double)T * (double)L->K / (double)L->E * L->capacity_factor);
-}
-
 /* ---- host dtype <-> compute dtype ------------------------------------------------------------- */
 
 /* dst [n] (compute dtype) <- src [n] (host dtype) */
 static int32_t to_compute(moe_layer *L, const moe_exec *e, int32_t host_dtype, int64_t n, const void *src, void *dst)
 {
-    if (n <= 0) return MOE_OK;
-    if (host_dtype == L->ops->dtype) memcpy(dst, src, (size_t)n * L->ops->elem_size);
-    else OP(convert, e, n, src, host_dtype, dst, L->ops->dtype);
+    OP(convert, e, n, src, host_dtype, dst, L->ops->dtype); /* a copy when the dtypes match */
     return MOE_OK;
 }
 
 /* dst [n] (host dtype) <- src [n] (compute dtype) */
 static int32_t from_compute(moe_layer *L, const moe_exec *e, int32_t host_dtype, int64_t n, const void *src, void *dst)
 {
-    if (n <= 0) return MOE_OK;
-    if (host_dtype == L->ops->dtype) memcpy(dst, src, (size_t)n * L->ops->elem_size);
-    else OP(convert, e, n, src, L->ops->dtype, dst, host_dtype);
+    OP(convert, e, n, src, L->ops->dtype, dst, host_dtype);
     return MOE_OK;
 }
 
@@ -163,9 +151,8 @@ static int32_t plan_and_dispatch(moe_dispatch *h, int64_t T, const void *x, cons
     moe_exec ex = moe_context_exec(L->ctx, stream);
     const int64_t E = L->E, TK = T * L->K;
     const size_t es = L->ops->elem_size;
-    const int64_t C = moe_dispatcher_capacity(d, T);
-    const int64_t EC = C < 0 ? 0 : E * C;
-    const int64_t rmax = C < 0 ? TK : L->cfg.pad_to_capacity ? EC : (TK < EC ? TK : EC);
+    const int64_t C = moe_layer_capacity(L, T);
+    const int64_t rmax = moe_plan_rows_max(L, T, C);
     TRY(moe_step_need(s, &tp->xs, T * L->H, es));
     TRY(moe_step_need(s, &tp->idx, TK, sizeof(int32_t)));
     TRY(moe_step_need(s, &tp->probs, TK, es));

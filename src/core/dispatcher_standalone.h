@@ -43,9 +43,6 @@ void moe_dispatcher_retain(moe_dispatcher *d);
 /* Drops one reference; the last one releases the comm and the context and frees d. */
 void moe_dispatcher_release_ref(moe_dispatcher *d);
 
-/* Capacity per expert per rank for T local tokens (MATH.md §4); -1 = dropless. */
-int64_t moe_dispatcher_capacity(const moe_dispatcher *d, int64_t T);
-
 /* Collective. x [T,H] and probs [T,K] (NULL = all 1) in the host dtype; indices [T,K] int32 or int64
  * (index_bits), already checked to be distinct ids in [0,E). *out is set only on success. */
 int32_t moe_dispatch_run(moe_dispatcher *d, int64_t T, const void *x, const void *indices, int32_t index_bits,

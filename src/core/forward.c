@@ -10,11 +10,16 @@
 #include "comm/comm.h"
 #include "core/dispatcher.h"
 
-/* Capacity per expert (MATH.md §4); -1 = dropless. */
-static int64_t capacity_of(const moe_layer *L, int64_t T)
+int64_t moe_layer_capacity(const moe_layer *L, int64_t T)
 {
     if (L->capacity_factor <= 0) return -1;
     return (int64_t)ceil((double)T * (double)L->K / (double)L->E * L->capacity_factor);
+}
+
+int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C)
+{
+    const int64_t TK = T * L->K, EC = C < 0 ? 0 : L->E * C;
+    return C < 0 ? TK : L->cfg.pad_to_capacity ? EC : (TK < EC ? TK : EC);
 }
 
 /* Allocates every tape buffer the forward writes (before anything is written). */
@@ -23,8 +28,8 @@ static int32_t reserve_forward(moe_layer *L, moe_step *step, int64_t T)
     moe_step_tape *tp = &step->tape;
     size_t es = L->ops->elem_size;
     int64_t TK = T * L->K, E = L->E;
-    int64_t C = capacity_of(L, T);
-    int64_t rmax = C < 0 ? TK : L->cfg.pad_to_capacity ? E * C : (TK < E * C ? TK : E * C);
+    int64_t C = moe_layer_capacity(L, T);
+    int64_t rmax = moe_plan_rows_max(L, T, C);
     int64_t B = (L->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T > 0) ? T / L->S : 1;
     step->capacity = C;
     step->B = B;
@@ -150,8 +155,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     step->T = T;
 
     /* the input in the compute dtype, kept for backward (the host's x is only borrowed) */
-    if (L->dtype == cdt) memcpy(tp->xs.p, x, (size_t)(T * H) * es);
-    else OP(convert, e, T * H, x, L->dtype, tp->xs.p, cdt);
+    OP(convert, e, T * H, x, L->dtype, tp->xs.p, cdt); /* a copy when the dtypes match */
     /* NaN/Inf in x were rejected by moe_layer_forward before the tape was touched */
     TRY(moe_layer_refresh_wcache(L));
 

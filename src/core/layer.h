@@ -129,6 +129,12 @@ void moe_layer_release_ref(moe_layer *layer);
 /* Compute-dtype pointer of a parameter (wcache for bf16; refreshed by moe_layer_refresh_wcache). */
 const void *moe_layer_weight(const moe_layer *layer, int32_t slot);
 int32_t moe_layer_refresh_wcache(moe_layer *layer);
+/* Capacity per expert of T local tokens (MATH.md §4); -1 = dropless. Shared by the layer and the
+ * standalone dispatcher, so both drop the same assignments. */
+int64_t moe_layer_capacity(const moe_layer *L, int64_t T);
+/* Most rows a dispatch plan of T tokens with capacity C can hold: T*K dropless, E*C padded, else
+ * min(T*K, E*C). */
+int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C);
 /* forward.c / backward.c: tensors already validated by src/api. x/y/dy/dx data pointers are in the
  * layer's dtype, contiguous. */
 int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, const void *x, void *y, void *stream);
