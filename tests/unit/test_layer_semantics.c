@@ -236,6 +236,22 @@ START_TEST(bias_counts_train_only)
 }
 END_TEST
 
+/* A fp64 layer of config c whose router weights are all zero (every logit ties), run forward on T
+ * tokens of width H = c.hidden_size drawn from seed; x and y are the caller's to free. */
+static moe_step *zero_router_forward(lu_layer *l, moe_layer_config c, int64_t T, uint64_t seed, double **x, double **y)
+{
+    c.param_dtype = MOE_DTYPE_FP64;
+    lu_create(l, &c, 2);
+    int64_t n;
+    double *wr = lu_param_ptr(l, MOE_PARAM_ROUTER_WEIGHT, 0, &n);
+    memset(wr, 0, sizeof(double) * (size_t)n);
+    const int64_t H = c.hidden_size;
+    *x = dalloc(T * H);
+    *y = dalloc(T * H);
+    tu_fill_uniform_d(*x, (size_t)(T * H), seed, -1, 1);
+    return lu_forward(l, MOE_STEP_TRAIN, *x, *y, T);
+}
+
 START_TEST(ties_pick_lower_index)
 {
     /* zero router weights: all logits tie; softmax top-2 picks experts 0 and 1, p = 1/2 each */
@@ -243,16 +259,10 @@ START_TEST(ties_pick_lower_index)
     c.aux_loss_type = MOE_AUX_SWITCH;
     c.aux_loss_coeff = 0.01f;
     c.z_loss_coeff = 0.1f;
-    c.param_dtype = MOE_DTYPE_FP64;
     lu_layer l;
-    lu_create(&l, &c, 2);
-    int64_t n;
-    double *wr = lu_param_ptr(&l, MOE_PARAM_ROUTER_WEIGHT, 0, &n);
-    memset(wr, 0, sizeof(double) * (size_t)n);
-    const int64_t T = 10, H = 8;
-    double *x = dalloc(T * H), *y = dalloc(T * H);
-    tu_fill_uniform_d(x, (size_t)(T * H), 4, -1, 1);
-    moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, x, y, T);
+    const int64_t T = 10;
+    double *x, *y;
+    moe_step *s = zero_router_forward(&l, c, T, 4, &x, &y);
     DLManagedTensor *idx = routing(s, MOE_ROUTING_EXPERT_INDICES), *p = routing(s, MOE_ROUTING_PROBS);
     DLManagedTensor *tpe = routing(s, MOE_ROUTING_TOKENS_PER_EXPERT);
     for (int64_t t = 0; t < T; t++) {
@@ -283,16 +293,9 @@ START_TEST(aux_uniform_is_alpha)
     moe_layer_config c = lu_config(8, 4, 4, 4);
     c.aux_loss_type = MOE_AUX_SWITCH;
     c.aux_loss_coeff = 0.25f;
-    c.param_dtype = MOE_DTYPE_FP64;
     lu_layer l;
-    lu_create(&l, &c, 2);
-    int64_t n;
-    double *wr = lu_param_ptr(&l, MOE_PARAM_ROUTER_WEIGHT, 0, &n);
-    memset(wr, 0, sizeof(double) * (size_t)n);
-    const int64_t T = 16, H = 8;
-    double *x = dalloc(T * H), *y = dalloc(T * H);
-    tu_fill_uniform_d(x, (size_t)(T * H), 6, -1, 1);
-    moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, x, y, T);
+    double *x, *y;
+    moe_step *s = zero_router_forward(&l, c, 16, 6, &x, &y);
     ck_assert_msg(fabs(stats_of(s).aux_loss - 0.25) < 1e-12, "aux %g", stats_of(s).aux_loss);
     moe_step_destroy(s);
     lu_destroy(&l);
