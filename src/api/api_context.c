@@ -35,15 +35,17 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     int32_t st = moe_config_copy(NULL, "moe_context_config", cfg_in, sizeof cfg, CTX_CFG_MIN, &cfg);
     if (st) return st;
     if (cfg.device_type == 0) cfg.device_type = MOE_DEVICE_CPU;
-    if (cfg.device_type == MOE_DEVICE_CUDA)
-        return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "moe_context_config.device_type = MOE_DEVICE_CUDA: this build has no "
-                          "CUDA backend (moe_build_features() lacks MOE_FEATURE_CUDA)");
-    if (cfg.device_type != MOE_DEVICE_CPU)
+    if (cfg.device_type != MOE_DEVICE_CPU && cfg.device_type != MOE_DEVICE_CUDA)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_type = %d; expected MOE_DEVICE_CPU (1) "
                           "or MOE_DEVICE_CUDA (2)", cfg.device_type);
-    if (cfg.device_id != 0)
-        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; the CPU device has id 0",
-                          cfg.device_id);
+    const moe_backend *be = moe_backend_for_device(cfg.device_type);
+    if (!be)
+        return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "moe_context_config.device_type = MOE_DEVICE_CUDA: this build has no "
+                          "CUDA backend (moe_build_features() lacks MOE_FEATURE_CUDA)");
+    int32_t ndev = 0;
+    if (be->device_count(&ndev) != MOE_OK || cfg.device_id < 0 || cfg.device_id >= ndev)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; the %s backend has %d "
+                          "device(s) here, ids 0 .. %d", cfg.device_id, be->name, ndev, ndev - 1);
     if (cfg.num_threads < 0 || cfg.num_threads > 4096)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.num_threads = %d; expected 0 (all cores) .. 4096",
                           cfg.num_threads);
@@ -69,9 +71,17 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
                               sizeof tmp.profiler);
         tmp.has_profiler = 1;
     }
+    void *dev = NULL;
+    st = be->device_open(cfg.device_id, &dev);
+    if (st) return moe_errorf(NULL, st, "moe_context_create: opening %s device %d failed", be->name, cfg.device_id);
     moe_context *ctx = malloc(sizeof *ctx); /* the context itself precedes its allocator */
-    if (!ctx) return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: out of memory");
+    if (!ctx) {
+        be->device_close(dev);
+        return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: out of memory");
+    }
     *ctx = tmp;
+    ctx->backend = be;
+    ctx->device_state = dev;
     atomic_init(&ctx->refs, 1);
     ctx->device_type = cfg.device_type;
     ctx->device_id = cfg.device_id;
@@ -79,19 +89,6 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     ctx->num_threads = cfg.num_threads > 0 ? cfg.num_threads : (cores > 0 ? (int32_t)cores : 1);
     *out = ctx;
     return MOE_OK;
-}
-
-void moe_context_retain(moe_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
-
-/* The last reference frees the pool and calls each hook's release exactly once. */
-void moe_context_release_ref(moe_context *ctx)
-{
-    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
-    moe_mem_trim(ctx);
-    if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);
-    if (ctx->has_logger && ctx->logger.release) ctx->logger.release(ctx->logger.user_data);
-    if (ctx->has_profiler && ctx->profiler.release) ctx->profiler.release(ctx->profiler.user_data);
-    free(ctx);
 }
 
 MOE_API void moe_context_destroy(moe_context *ctx)

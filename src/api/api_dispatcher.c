@@ -14,6 +14,7 @@
 
 #include "api/config_header.h"
 #include "api/tensor_check.h"
+#include "core/tensor_io.h"
 #include "comm/comm.h"
 #include "core/dispatcher_standalone.h"
 
@@ -119,14 +120,21 @@ static int32_t check_indices(moe_context *ctx, const DLTensor *t, int64_t T, int
     return MOE_OK;
 }
 
-/* Every id in [0, E) and the K ids of a token distinct; names the first bad [t, k]. */
-static int32_t check_index_values(moe_context *ctx, const void *data, int32_t bits, int64_t T, int32_t K, int32_t E)
+/* Every id in [0, E) and the K ids of a token distinct; names the first bad [t, k]. The ids are the
+ * host's tensor on the context's device: validated from a host copy. */
+static int32_t check_index_values(moe_context *ctx, const moe_exec *ex, const void *dev, int32_t bits, int64_t T,
+                                  int32_t K, int32_t E)
 {
     if (T == 0) return MOE_OK;
-    int64_t *seen = malloc(sizeof(int64_t) * (size_t)E); /* seen[e] = 1 + last token that chose e */
-    if (!seen) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatcher_dispatch: out of memory");
-    memset(seen, 0, sizeof(int64_t) * (size_t)E);
-    int32_t st = MOE_OK;
+    const size_t bytes = (size_t)(T * K) * (bits / 8);
+    void *data = malloc(bytes);
+    int64_t *seen = calloc((size_t)E, sizeof(int64_t)); /* seen[e] = 1 + last token that chose e */
+    if (!seen || !data) {
+        free(seen);
+        free(data);
+        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatcher_dispatch: out of memory");
+    }
+    int32_t st = moe_copy_to_host(ctx, ex, data, dev, bytes);
     for (int64_t t = 0; t < T && !st; t++)
         for (int32_t k = 0; k < K; k++) {
             int64_t i = t * K + k;
@@ -144,6 +152,7 @@ static int32_t check_index_values(moe_context *ctx, const void *data, int32_t bi
             seen[e] = t + 1;
         }
     free(seen);
+    free(data);
     return st;
 }
 
@@ -164,13 +173,16 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
     st = check_indices(ctx, indices, T, K, &bits);
     if (st) return st;
     int64_t ps[2] = {T, K};
+    moe_exec ex = moe_context_enter(ctx, stream);
     if (probs) {
         st = moe_check_tensor(ctx, probs, "probs", 2, ps, d->dtype);
         if (st) return st;
-        if (!moe_tensor_all_finite(moe_tensor_data(probs), T * K, d->dtype))
-            return moe_errorf(ctx, MOE_ERR_NONFINITE, "probs holds NaN or Inf; expected finite probabilities");
+        int32_t finite = 0;
+        st = moe_all_finite(ctx, &ex, moe_tensor_data(probs), T * K, d->dtype, &finite);
+        if (st) return st;
+        if (!finite) return moe_errorf(ctx, MOE_ERR_NONFINITE, "probs holds NaN or Inf; expected finite probabilities");
     }
-    st = check_index_values(ctx, moe_tensor_data(indices), bits, T, K, E);
+    st = check_index_values(ctx, &ex, moe_tensor_data(indices), bits, T, K, E);
     if (st) return st;
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
@@ -183,9 +195,10 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
 MOE_API int32_t moe_dispatch_info(const moe_dispatch *h, int64_t *num_rows, int64_t *dropped, int64_t *padded)
 {
     if (!h) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_dispatch_info: h is NULL");
+    const int64_t *stats = moe_step_host_stats(&h->step); /* copied to the host by the dispatch */
     if (num_rows) *num_rows = h->step.Rx;
-    if (dropped) *dropped = h->step.dropped_count;
-    if (padded) *padded = h->step.padded_count;
+    if (dropped) *dropped = stats[1];
+    if (padded) *padded = stats[2];
     return MOE_OK;
 }
 
@@ -206,8 +219,7 @@ MOE_API int32_t moe_dispatch_rows(const moe_dispatch *h, DLTensor *x_rows, DLTen
     st = moe_dispatch_copy_rows(h, x_rows ? moe_tensor_data(x_rows) : NULL,
                                 row_probs ? moe_tensor_data(row_probs) : NULL);
     if (st) return st;
-    if (tokens_per_expert) moe_dispatch_counts(h, moe_tensor_data(tokens_per_expert));
-    return MOE_OK;
+    return tokens_per_expert ? moe_dispatch_counts(h, moe_tensor_data(tokens_per_expert)) : MOE_OK;
 }
 
 MOE_API int32_t moe_dispatch_combine(moe_dispatch *h, const DLTensor *y_rows, DLTensor *y, void *stream)

@@ -6,6 +6,7 @@
 #include "api/dlpack_export.h"
 #include "api/tensor_check.h"
 #include "core/layer.h"
+#include "core/tensor_io.h"
 
 #define LAYER_CFG_MIN sizeof(moe_layer_config)
 
@@ -31,6 +32,7 @@ static int32_t create_layer(moe_context *ctx, const moe_layer_config *cfg_in, co
     moe_layer *L = calloc(1, sizeof *L);
     if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     L->ctx = ctx;
+    moe_context_enter(ctx, NULL); /* parameters are allocated and zeroed on the context's stream */
     st = moe_layer_resolve_config(ctx, &cfg, L);
     if (!st && par) st = moe_layer_apply_parallel(ctx, par, L);
     if (st) {
@@ -137,18 +139,18 @@ MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLT
     if (st) return st;
     int32_t sdt = moe_dtype_of(src->dtype);
     size_t elem = moe_dtype_size(sdt);
-    if (sdt == si->dtype) {
-        moe_gather_strided(src, elem, layer->param[slot].p);
-        return MOE_OK;
-    }
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    if (sdt == si->dtype) return moe_tensor_strided_copy(ctx, &ex, src, elem, layer->param[slot].p, 1);
     moe_buf tmp = {0};
     st = moe_buf_reserve(ctx, &tmp, (size_t)si->numel * elem, MOE_MEM_WORKSPACE);
     if (st) return st;
-    moe_gather_strided(src, elem, tmp.p);
-    moe_exec ex = moe_context_exec(ctx, NULL);
-    st = moe_cpu_ops_f32.convert(&ex, si->numel, tmp.p, sdt, layer->param[slot].p, si->dtype);
+    st = moe_tensor_strided_copy(ctx, &ex, src, elem, tmp.p, 1);
+    if (!st) {
+        st = layer->ops->convert(&ex, si->numel, tmp.p, sdt, layer->param[slot].p, si->dtype);
+        if (st) st = moe_errorf(ctx, st, "moe_layer_import_param: conversion to %s failed", moe_dtype_name(si->dtype));
+    }
     moe_buf_release(ctx, &tmp);
-    return st ? moe_errorf(ctx, st, "moe_layer_import_param: conversion to %s failed", moe_dtype_name(si->dtype)) : MOE_OK;
+    return st;
 }
 
 MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t grad, DLTensor *dst)
@@ -168,9 +170,8 @@ MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t g
     for (int32_t d = 0; dst->strides && d < dst->ndim; d++)
         if (dst->strides[d] == 0 && dst->shape[d] > 1)
             return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "dst.strides[%d] = 0: elements of dst would overlap", d);
-    size_t elem = moe_dtype_size(dt);
-    moe_scatter_strided(grad ? layer->grad[slot].p : layer->param[slot].p, elem, dst);
-    return MOE_OK;
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    return moe_tensor_strided_copy(ctx, &ex, dst, moe_dtype_size(dt), grad ? layer->grad[slot].p : layer->param[slot].p, 0);
 }
 
 MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed)
@@ -182,8 +183,9 @@ MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed)
 MOE_API int32_t moe_layer_zero_grad(moe_layer *layer)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_zero_grad: layer is NULL");
+    moe_exec ex = moe_context_enter(layer->ctx, NULL);
     for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++)
-        if (layer->grad[s].p) memset(layer->grad[s].p, 0, (size_t)layer->slot[s].numel * layer->ops->elem_size);
+        if (layer->grad[s].p) TRY(moe_mem_zero(layer->ctx, &ex, layer->grad[s].p, (size_t)layer->slot[s].numel * layer->ops->elem_size));
     return MOE_OK;
 }
 

@@ -76,10 +76,10 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     return MOE_OK;
 }
 
-static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot)
+static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot, const moe_exec *ex)
 {
     if (!c || !L->slot[slot].present || !L->slot[slot].has_grad) return MOE_OK;
-    int32_t st = c->ops->all_reduce(c, L->grad[slot].p, L->slot[slot].numel, L->slot[slot].grad_dtype);
+    int32_t st = c->ops->all_reduce(c, L->grad[slot].p, L->slot[slot].numel, L->slot[slot].grad_dtype, ex);
     if (st) return moe_errorf(L->ctx, st, "moe_layer_reduce_grads: all-reduce of slot %d over %s comm failed: %s", slot,
                               c->ops->name, L->ctx->last_error);
     return MOE_OK;
@@ -87,13 +87,13 @@ static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot)
 
 MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream)
 {
-    (void)stream;
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_reduce_grads: layer is NULL");
-    TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC1));
-    TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC2));
-    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_ROUTER_WEIGHT));
-    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_FC1));
-    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_FC2));
-    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_GATE));
+    moe_exec ex = moe_context_enter(layer->ctx, stream); /* the reductions run in the order of this stream */
+    TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC1, &ex));
+    TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC2, &ex));
+    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_ROUTER_WEIGHT, &ex));
+    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_FC1, &ex));
+    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_FC2, &ex));
+    TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_SHARED_GATE, &ex));
     return MOE_OK;
 }

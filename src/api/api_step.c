@@ -8,6 +8,7 @@
 #include "api/tensor_check.h"
 #include "comm/comm.h"
 #include "core/layer.h"
+#include "core/tensor_io.h"
 
 #define STEP_CFG_MIN sizeof(moe_step_config)
 
@@ -83,15 +84,22 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     if (layer->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T % layer->S != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
+    moe_exec ex = moe_context_enter(ctx, stream);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
-    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT && !moe_tensor_all_finite(moe_tensor_data(x), T * layer->H, layer->dtype))
-        return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
+        int32_t finite = 0;
+        st = moe_all_finite(ctx, &ex, moe_tensor_data(x), T * layer->H, layer->dtype, &finite);
+        if (st) return st;
+        if (!finite)
+            return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
+    }
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
-                            moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), stream));
+                            moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
 }
 
-static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn)
+static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn,
+                                   const moe_exec *ex)
 {
     moe_context *ctx = layer->ctx;
     if (step->mode == MOE_STEP_EVAL)
@@ -105,20 +113,26 @@ static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTen
     if (!st) st = moe_check_tensor(ctx, dx, "dx", 2, shape, layer->dtype);
     if (st) return st;
     /* before the tape is touched: a rejected backward leaves the step as it was */
-    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT &&
-        !moe_tensor_all_finite(moe_tensor_data(dy), step->T * layer->H, layer->dtype))
-        return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
+        int32_t finite = 0;
+        st = moe_all_finite(ctx, ex, moe_tensor_data(dy), step->T * layer->H, layer->dtype, &finite);
+        if (st) return st;
+        if (!finite)
+            return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
+    }
     return MOE_OK;
 }
 
 MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward_data");
-    if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data");
+    if (st) return st;
+    moe_exec ex = moe_context_enter(layer->ctx, stream);
+    st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data", &ex);
     if (st) return st;
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(layer->ctx, depth,
-                            moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream));
+                            moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex));
 }
 
 MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream)
@@ -129,18 +143,21 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
         return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
                           step->state == MOE_STEP_STATE_DONE ? "weight gradients of this step were already added"
                                                              : "run moe_layer_backward_data on this step first");
+    moe_exec ex = moe_context_enter(layer->ctx, stream);
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
-    return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_impl(layer, step, stream));
+    return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_impl(layer, step, &ex));
 }
 
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward");
-    if (!st) st = check_backward_args(layer, step, dy, dx, "moe_layer_backward");
+    if (st) return st;
+    moe_exec ex = moe_context_enter(layer->ctx, stream);
+    st = check_backward_args(layer, step, dy, dx, "moe_layer_backward", &ex);
     if (st) return st;
     int32_t depth = layer->ctx->range_depth;
-    st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), stream);
-    if (!st) st = moe_layer_backward_weights_impl(layer, step, stream);
+    st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex);
+    if (!st) st = moe_layer_backward_weights_impl(layer, step, &ex);
     return moe_range_unwind(layer->ctx, depth, st);
 }
 
@@ -155,16 +172,21 @@ MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *
                           "sizeof(moe_routing_stats)", want);
     if (step->state == MOE_STEP_STATE_EMPTY)
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_routing_stats: no successful forward on this step yet");
+    int64_t counts[3];
+    double aux = 0, z = 0;
+    moe_context_enter(ctx, NULL);
+    int32_t st = moe_step_read_stats((moe_step *)step, counts, &aux, &z); /* copies from the device */
+    if (st) return st;
     moe_routing_stats s;
     memset(&s, 0, sizeof s);
     s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
     s.num_tokens = step->T;
     s.num_assignments = step->T * step->layer->K;
-    s.dropped = step->dropped_count;
-    s.padded_rows = step->padded_count;
+    s.dropped = counts[1];
+    s.padded_rows = counts[2];
     s.capacity = step->capacity;
-    s.aux_loss = step->aux_loss;
-    s.z_loss = step->z_loss;
+    s.aux_loss = aux;
+    s.z_loss = z;
     memcpy(stats, &s, want < sizeof s ? want : sizeof s);
     return MOE_OK;
 }
@@ -202,8 +224,29 @@ MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out)
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_expert_counts: out is NULL");
     int32_t st = moe_check_tensor_strided(ctx, out, "out", 1, e1, MOE_DTYPE_INT64, -1);
     if (st) return st;
-    moe_scatter_strided(layer->bias_counts, 8, out);
-    return MOE_OK;
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    return moe_tensor_strided_copy(ctx, &ex, out, 8, layer->bias_counts, 0);
+}
+
+/* The host's counts [E] int64 (any strides) -> the device buffer n, rejecting negative counts (read back
+ * for the check: a host-side validation of the host's input). */
+static int32_t host_counts(moe_layer *layer, const moe_exec *ex, const DLTensor *counts, int64_t *n)
+{
+    moe_context *ctx = layer->ctx;
+    const int32_t E = layer->E;
+    int64_t e1[1] = {E};
+    int32_t st = moe_check_tensor_strided(ctx, counts, "counts", 1, e1, MOE_DTYPE_INT64, -1);
+    if (!st) st = moe_tensor_strided_copy(ctx, ex, counts, 8, n, 1);
+    if (st) return st;
+    int64_t *h = malloc(sizeof(int64_t) * (size_t)E);
+    if (!h) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
+    st = moe_copy_to_host(ctx, ex, h, n, sizeof(int64_t) * (size_t)E);
+    for (int32_t i = 0; i < E && !st; i++)
+        if (h[i] < 0)
+            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative; expected token counts >= 0", i,
+                            (long long)h[i]);
+    free(h);
+    return st;
 }
 
 MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *counts)
@@ -212,56 +255,37 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
     moe_context *ctx = layer->ctx;
     if (!layer->cfg.expert_bias)
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_layer_update_expert_bias: the layer was created without cfg.expert_bias");
-    int32_t E = layer->E;
-    int64_t *n = malloc(sizeof(int64_t) * (size_t)E);
-    if (!n) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
+    const int32_t E = layer->E;
+    const size_t bytes = sizeof(int64_t) * (size_t)E;
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    int64_t *n = moe_mem_alloc(ctx, bytes, MOE_MEM_WORKSPACE);
+    if (!n) return MOE_ERR_OUT_OF_MEMORY;
+    int32_t st;
     if (counts) {
-        int64_t e1[1] = {E};
-        int32_t st = moe_check_tensor_strided(ctx, counts, "counts", 1, e1, MOE_DTYPE_INT64, -1);
-        if (st) {
-            free(n);
-            return st;
-        }
-        moe_gather_strided(counts, 8, n);
-        for (int32_t i = 0; i < E; i++)
-            if (n[i] < 0) {
-                long long bad = (long long)n[i];
-                free(n);
-                return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative; expected token counts >= 0",
-                                  i, bad);
-            }
+        st = host_counts(layer, &ex, counts, n);
     } else {
-        memcpy(n, layer->bias_counts, sizeof(int64_t) * (size_t)E);
-        if (layer->bias_comm) { /* own counts: summed over the bias group (TP x CP x DP) first */
+        st = ex.be->memcpy(&ex, n, layer->bias_counts, bytes, MOE_COPY_D2D);
+        if (st) st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: copying the layer's counts failed");
+        if (!st && layer->bias_comm) { /* own counts: summed over the bias group (TP x CP x DP) first */
             moe_comm *c = layer->bias_comm;
-            int32_t st = c->ops->all_reduce(c, n, E, MOE_DTYPE_INT64);
-            if (st) {
-                free(n);
-                return moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
-                                  ctx->last_error);
-            }
+            st = c->ops->all_reduce(c, n, E, MOE_DTYPE_INT64, &ex);
+            if (st)
+                st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
+                                ctx->last_error);
         }
     }
-    /* b_i += u * sign(mean(n) - n_i), compared exactly: mean(n) - n_i has the sign of sum(n) - E*n_i */
-    int64_t total = 0;
-    for (int32_t i = 0; i < E; i++) total += n[i];
-    double u = layer->bias_update_rate;
-    for (int32_t i = 0; i < E; i++) {
-        int64_t diff = total - (int64_t)E * n[i];
-        double step = diff > 0 ? u : diff < 0 ? -u : 0.0;
-        if (layer->ops->dtype == MOE_DTYPE_FP64) ((double *)layer->param[MOE_PARAM_EXPERT_BIAS].p)[i] += step;
-        else ((float *)layer->param[MOE_PARAM_EXPERT_BIAS].p)[i] += (float)step;
+    if (!st) {
+        st = layer->ops->bias_update(&ex, E, n, layer->bias_update_rate, layer->param[MOE_PARAM_EXPERT_BIAS].p);
+        if (st) st = moe_errorf(ctx, st, "op bias_update of backend %s failed", layer->ops->name);
     }
-    memset(layer->bias_counts, 0, sizeof(int64_t) * (size_t)E);
-    free(n);
-    return MOE_OK;
+    if (!st) st = moe_mem_zero(ctx, &ex, layer->bias_counts, bytes);
+    moe_mem_free(ctx, n, bytes, MOE_MEM_WORKSPACE);
+    return st;
 }
 
 MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_reset_global_aux: layer is NULL");
-    memset(layer->global_counts, 0, sizeof(double) * (size_t)layer->E);
-    layer->global_tokens = 0;
-    layer->global_microbatches = 0;
-    return MOE_OK;
+    moe_exec ex = moe_context_enter(layer->ctx, NULL);
+    return moe_mem_zero(layer->ctx, &ex, layer->global_state, sizeof(double) * (size_t)(layer->E + 2));
 }

@@ -112,30 +112,3 @@ int32_t moe_check_tensor_strided(moe_context *ctx, const DLTensor *t, const char
 {
     return check_common(ctx, t, name, ndim, shape, dtype, dtype2);
 }
-
-int moe_tensor_all_finite(const void *p, int64_t n, int32_t dtype)
-{
-    /* an exponent field of all ones is Inf or NaN; bit tests read bf16 without converting it */
-    int bad = 0;
-    const unsigned char *b = p;
-    if (dtype == MOE_DTYPE_FP64) {
-        for (int64_t i = 0; i < n; i++) {
-            uint64_t u;
-            memcpy(&u, b + 8 * i, 8);
-            bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
-        }
-    } else if (dtype == MOE_DTYPE_BF16) {
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t u;
-            memcpy(&u, b + 2 * i, 2);
-            bad |= (u & 0x7F80u) == 0x7F80u;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, b + 4 * i, 4);
-            bad |= (u & 0x7F800000u) == 0x7F800000u;
-        }
-    }
-    return !bad;
-}

@@ -22,8 +22,4 @@ int32_t moe_check_tensor_strided(moe_context *ctx, const DLTensor *t, const char
 /* Pointer to the first element (data + byte_offset). */
 static inline void *moe_tensor_data(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
 int64_t moe_tensor_numel(const DLTensor *t);
-/* 1 if the n host elements at p (MOE_DTYPE_FP32, BF16 or FP64) are all finite, else 0: the inputs the
- * NaN/Inf policy rejects (x, dy, routing probabilities), checked before anything is written. */
-int moe_tensor_all_finite(const void *p, int64_t n, int32_t dtype);
-
 #endif

@@ -1,7 +1,8 @@
 /*
  * The op table: every device computation of the MoE layer, one struct of function pointers per
- * (backend, compute dtype). The core (src/core/) only calls through this table and never branches
- * on the backend. All ops return MOE_OK or an error status; they never print or abort.
+ * (backend, compute dtype). The core (src/core/) only calls through this table and the backend's
+ * memory entries (backend/backend.h); it never branches on the backend. All ops return MOE_OK or an
+ * error status; they never print or abort.
  *
  * Conventions
  *  - "real" arrays (void *) are in the table's compute dtype: float for ops->dtype == MOE_DTYPE_FP32
@@ -10,6 +11,11 @@
  *  - Row indices and offsets are int64_t everywhere (T*K*H may exceed 2^31).
  *  - "+=" in a comment means the op accumulates into its output; "=" means it overwrites.
  *  - Everything is deterministic: same inputs and thread count give bitwise-identical outputs.
+ *  - Where memory lives (docs/backends.md, "host/device contract"): every pointer argument is DEVICE
+ *    memory (allocated by the backend, read and written only by ops and backend entries) unless its
+ *    comment says [host]. Scalars passed by value are host values. An op never reads a device value
+ *    back to decide what to do on the host: sizes and offsets the host must know are [host] inputs.
+ *  - Ops run in stream order on ex->stream; none synchronises with the host.
  */
 #ifndef MOE_BACKEND_OPS_H
 #define MOE_BACKEND_OPS_H
@@ -17,10 +23,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Per-call execution environment. */
+typedef struct moe_backend moe_backend;
+
+/* Per-call execution context: which backend and device, which stream, how many threads. Built by
+ * the context (moe_context_exec) for every entry point and passed down unchanged to every op,
+ * dispatcher hook and comm call of that entry point. */
 typedef struct moe_exec {
-    int32_t num_threads; /* worker threads the op may use (>= 1) */
-    void *stream;        /* device stream (NULL on CPU) */
+    const moe_backend *be; /* the backend whose ops and memory are used */
+    void *device;          /* the backend's per-device state (device_open), NULL on CPU */
+    void *stream;          /* the stream work is ordered on; NULL = the backend's default stream */
+    int32_t device_id;
+    int32_t num_threads;   /* host worker threads an op may use (>= 1) */
 } moe_exec;
 
 /* Routing parameters, resolved from the layer config (see MATH.md §2). */
@@ -33,7 +46,8 @@ typedef struct moe_route_params {
     double scaling_factor;  /* gamma (1.0 = none) */
 } moe_route_params;
 
-/* Result of planning the dispatch (MATH.md §4–§5). Buffers are caller-allocated with the sizes noted. */
+/* Buffers of a dispatch plan (MATH.md §4–§5), all device memory allocated by the caller with the
+ * sizes noted (R_max: see dispatch_plan). */
 typedef struct moe_dispatch_plan {
     int64_t *tokens_per_expert; /* [E]   routed assignments before capacity */
     int64_t *kept_per_expert;   /* [E]   assignments kept after capacity */
@@ -41,10 +55,27 @@ typedef struct moe_dispatch_plan {
     int64_t *row_token;         /* [R_max] token of each permuted row; -1 for a padding row */
     void *row_prob;             /* [R_max] real: probability of each row; 0 for padding */
     int64_t *slot_row;          /* [T*K] permuted row of assignment (t, k), or -1 if dropped */
-    int64_t num_rows;           /* out: R = rows actually used (kept + padding) */
-    int64_t dropped;            /* out: dropped assignments */
-    int64_t padded;             /* out: padding rows */
+    uint8_t *dropped;           /* [T*K] 1 where assignment (t, k) was dropped, else 0 */
+    int64_t *stats;             /* [3]  R = rows used (kept + padding), dropped assignments, padding rows */
 } moe_dispatch_plan;
+
+/* Load-balancing loss parameters (MATH.md §3), resolved by the core. */
+typedef struct moe_aux_params {
+    int32_t type;         /* MOE_AUX_SWITCH, MOE_AUX_SEQUENCE or MOE_AUX_GLOBAL */
+    int32_t E, K;
+    int32_t update_global; /* MOE_AUX_GLOBAL: add this micro-batch to the running sums (training forward) */
+    int64_t B;            /* sequences (MOE_AUX_SEQUENCE; 1 otherwise) */
+    int64_t T;            /* local tokens */
+    double alpha;         /* aux_loss_coeff */
+    double scale;         /* the host's loss scale, folded into the gradient coefficients */
+} moe_aux_params;
+
+/* Rows [lo, lo + n) of an indexed row buffer that live elsewhere: row lo + i is row i of `at`
+ * (a rank's own block, which bypasses an exchange). n = 0: none. */
+typedef struct moe_row_alias {
+    int64_t lo, n;
+    void *at;
+} moe_row_alias;
 
 typedef struct moe_ops {
     const char *name;  /* "cpu-f32", "cpu-f64", "cuda-f32" ... */
@@ -60,14 +91,14 @@ typedef struct moe_ops {
     /* Grouped GEMM, groups along rows of A and C: for g in [0,G): rows r in [off[g], off[g+1]),
      * C[r, :n] = alpha * A[r, :k] op(B_g) + beta * C[r, :n],
      * B_g = b + g * b_group_stride elements, op(B_g) = B_g ([k,n]) or B_g^T (trans_b = 1, B_g is [n,k]).
-     * Groups with no rows are skipped. */
+     * Groups with no rows are skipped. off [groups+1] is [host]: the row counts decide the GEMM shapes. */
     int32_t (*gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
                                  int64_t n, int64_t k, double alpha, const void *a, const void *b,
                                  int64_t b_group_stride, double beta, void *c);
     /* Grouped weight-gradient GEMM, groups along the shared (reduction) rows:
      * C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a ([R,m]),
      * B_g = same rows of b ([R,n]), C_g = c + g * c_group_stride elements. A group with no rows
-     * gets C_g = beta * C_g. */
+     * gets C_g = beta * C_g. off [groups+1] is [host]. */
     int32_t (*gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
                                    double alpha, const void *a, const void *b, double beta, void *c,
                                    int64_t c_group_stride);
@@ -93,7 +124,7 @@ typedef struct moe_ops {
     /* dlogits [T,E] += J^T w, where w[t,i] = coef[b(t), i] = dL/d s^[t,i] (b(t) = t / S). */
     int32_t (*aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E, int64_t T, int64_t S,
                        const void *logits, const double *coef, void *dlogits);
-    /* *sum_sq = sum_t (logsumexp_i l[t,i])^2 (computed in double). */
+    /* sum_sq [1] (=) = sum_t (logsumexp_i l[t,i])^2 (computed in double). */
     int32_t (*zloss_fwd)(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double *sum_sq);
     /* dlogits[t,i] += coef * 2 * lse_t * softmax(l_t)_i, with coef = beta * scale / T given by the caller. */
     int32_t (*zloss_bwd)(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double coef, void *dlogits);
@@ -103,7 +134,7 @@ typedef struct moe_ops {
      * ascending token order. capacity < 0 = dropless. Over capacity, drop_policy MOE_DROP_PROBS keeps
      * the C highest probabilities (ties -> earlier token), MOE_DROP_POSITION the C earliest tokens.
      * pad = 1 (with capacity >= 0) pads every expert to exactly C rows. R_max = T*K (dropless),
-     * E*C (padded), else min(T*K, E*C). */
+     * E*C (padded), else min(T*K, E*C). Fills every buffer of *plan (the struct itself is [host]). */
     int32_t (*dispatch_plan)(const moe_exec *ex, int32_t E, int32_t K, int64_t T, const int32_t *idx,
                              const void *probs, int64_t capacity, int32_t drop_policy, int32_t pad,
                              moe_dispatch_plan *plan);
@@ -131,9 +162,91 @@ typedef struct moe_ops {
                        int32_t dst_dtype);
     /* y[i] (+)= alpha * x[i] over n reals; accumulate = 0 overwrites. */
     int32_t (*axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y);
+    /* y = sigma(x) over n reals (y may be x). */
+    int32_t (*sigmoid_fwd)(const moe_exec *ex, int64_t n, const void *x, void *y);
+    /* dx = dy * y * (1 - y) over n reals, y = sigma(x) (dx may be dy). */
+    int32_t (*sigmoid_bwd)(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx);
+    /* y[i] = value over n reals. */
+    int32_t (*fill)(const moe_exec *ex, int64_t n, double value, void *y);
+    /* dst[r, :] = p[r] * src[r, :] over R rows of H reals (dst may be src). */
+    int32_t (*scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst);
+    /* out[r] = <a[r, :], b[r, :]> over R rows of H reals (fp32 sums formed in double). */
+    int32_t (*row_dots)(const moe_exec *ex, int64_t R, int64_t H, const void *a, const void *b, void *out);
+    /* dst [n] int32 (=) <- src [n] int32 (bits 32) or int64 (bits 64; values known to fit). */
+    int32_t (*index_narrow)(const moe_exec *ex, int64_t n, const void *src, int32_t bits, int32_t *dst);
+    /* ok [1] int32 (=) = 1 when all n elements of x (storage dtype MOE_DTYPE_FP32 / BF16 / FP64) are
+     * finite, else 0. */
+    int32_t (*all_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t dtype, int32_t *ok);
+
+    /* ---- losses and balancing state (MATH.md §3) ---------------------------------------------- */
+    /* From aux_stats' counts [B,E] and score_sums [B,E] and the token total of the reduction group
+     * group_tokens [1] int64 (= T when the group is this rank): coef [B,E] (=) = scale * dL_aux/ds^,
+     * loss [1] (=) = L_aux (without scale). MOE_AUX_GLOBAL uses (and with update_global first adds
+     * this micro-batch to) the running state global [E+2] = counts summed over the micro-batches,
+     * their token total, their number. */
+    int32_t (*aux_loss)(const moe_exec *ex, const moe_aux_params *ap, const int64_t *counts, const double *score_sums,
+                        const int64_t *group_tokens, double *global, double *coef, double *loss);
+    /* dst[i] += src[i] over n int64 (the expert-bias token counts). */
+    int32_t (*count_add)(const moe_exec *ex, int64_t n, const int64_t *src, int64_t *dst);
+    /* Aux-loss-free bias update: b_i += rate * sign(mean(n) - n_i) over counts [E] int64 (compared
+     * exactly in integers), bias [E] real. */
+    int32_t (*bias_update)(const moe_exec *ex, int32_t E, const int64_t *counts, double rate, void *bias);
+
+    /* ---- dispatch helpers ---------------------------------------------------------------------- */
+    /* Moves the plan's rows into per-expert blocks starting at xoff [E+1] (device; xoff[e+1] - xoff[e]
+     * >= the expert's plan rows): plan row r of expert e goes to xoff[e] + r - offsets[e]. Outputs
+     * over Rx = xoff[E] rows: row_token_al [Rx] (-1 for the rows no plan row fills), row_prob_al [Rx]
+     * (0 there), and slot_row_al [TK] = the new row of every assignment (-1 stays -1). */
+    int32_t (*align_rows)(const moe_exec *ex, int32_t E, int64_t TK, const int64_t *offsets, const int64_t *row_token,
+                          const void *row_prob, const int64_t *slot_row, const int64_t *xoff, int64_t Rx,
+                          int64_t *row_token_al, void *row_prob_al, int64_t *slot_row_al);
+    /* out[i] (=) = rows[slot[i]] when slot[i] >= 0, else 0, over n reals (dp of each assignment). */
+    int32_t (*gather_slots)(const moe_exec *ex, int64_t n, const int64_t *slot, const void *rows, void *out);
+
+    /* ---- byte rows (dtype-free data movement of the dispatchers) -------------------------------- */
+    /* Row i of a (ab bytes) and of b (bb bytes; b NULL: none) <- the two parts of row map[i] of src
+     * (rows of ab + bb bytes; map NULL: row i). alias (NULL: none) relocates some src rows. */
+    int32_t (*rows_gather_split)(const moe_exec *ex, int64_t n, const int64_t *map, const void *src,
+                                 const moe_row_alias *alias, void *a, size_t ab, void *b, size_t bb);
+    /* Row map[i] of dst (rows of ab + bb bytes; map NULL: row i) <- [a row i | b row i] (b NULL: a
+     * only). alias (NULL: none) relocates some dst rows. */
+    int32_t (*rows_scatter_join)(const moe_exec *ex, int64_t n, const int64_t *map, void *dst,
+                                 const moe_row_alias *alias, const void *a, size_t ab, const void *b, size_t bb);
+    /* Row map[i] of a and of b <- the two parts of src row i (the inverse of rows_scatter_join). */
+    int32_t (*rows_scatter_split)(const moe_exec *ex, int64_t n, const int64_t *map, const void *src, void *a,
+                                  size_t ab, void *b, size_t bb);
+    /* dst row i <- [a row map[i] | b row map[i]] (b NULL: a only). */
+    int32_t (*rows_gather_join)(const moe_exec *ex, int64_t n, const int64_t *map, const void *a, size_t ab,
+                                const void *b, size_t bb, void *dst);
+    /* For r in [r0, r1): dst row r (hb + eb bytes) <- [tok row row_token[r] (hb bytes; zeros when
+     * row_token[r] < 0) | extra row r (eb bytes; eb = 0: none)]. */
+    int32_t (*rows_pack)(const moe_exec *ex, int64_t r0, int64_t r1, const int64_t *row_token, const void *tok,
+                         size_t hb, const void *extra, size_t eb, void *dst);
+    /* Copies between a strided tensor (ndim <= 4; shape [host], strides [host] in elements, NULL =
+     * compact) at `strided` and the compact row-major buffer `compact`, elem bytes per element:
+     * to_compact = 1 gathers into compact, 0 scatters from it. */
+    int32_t (*strided_copy)(const moe_exec *ex, int32_t ndim, const int64_t *shape, const int64_t *strides,
+                            size_t elem, void *strided, void *compact, int32_t to_compact);
+
+    /* ---- the all-gather dispatcher's routing records --------------------------------------------- */
+    /* rec [T, rrec bytes] (=): per token its K probabilities (real), then K int32 experts (-1 when
+     * slot_row[t*K+k] < 0), zero-padded to rrec bytes. */
+    int32_t (*ag_pack_routing)(const moe_exec *ex, int64_t T, int32_t K, const void *probs, const int32_t *idx,
+                               const int64_t *slot_row, int64_t rrec, void *rec);
+    /* From gathered records grec [T_all, rrec]: the rows of local experts [first, first + El), each
+     * expert's kept assignments in ascending gathered-token order from xoff[e] on (xoff [El+1]), then
+     * padding up to xoff[e+1]. Writes gslot [T_all*K] (local row or -1), rowtok [Rx] (gathered token,
+     * -1 = padding), pr [Rx] (probability, 0 = padding). Fails with MOE_ERR_INTERNAL when an expert
+     * index is outside [-1, E) or an expert receives more assignments than its block holds. */
+    int32_t (*ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, int32_t E, int32_t first, int32_t El,
+                              int64_t rrec, const void *grec, const int64_t *xoff, int64_t *gslot, int64_t *rowtok,
+                              void *pr);
 } moe_ops;
 
-/* The CPU backend's tables (src/backend/cpu/). */
+/* Number of op slots in the table (every member after the three header fields is a function pointer). */
+#define MOE_OPS_COUNT ((sizeof(moe_ops) - offsetof(moe_ops, gemm)) / sizeof(void (*)(void)))
+
+/* The CPU backend's tables (src/backend/cpu/); reached through moe_backend_cpu.ops(dtype). */
 extern const moe_ops moe_cpu_ops_f32;
 extern const moe_ops moe_cpu_ops_f64;
 

@@ -274,7 +274,7 @@ int32_t moe_comm_check_split(moe_comm *c, const char *op, moe_comm **out)
 
 int32_t moe_comm_sync_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
                                          const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                         const int64_t *recv_offsets, moe_comm_request **req)
+                                         const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex)
 {
     if (!req)
         return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (%s) all_to_all_v_start: req is NULL",
@@ -282,7 +282,7 @@ int32_t moe_comm_sync_all_to_all_v_start(moe_comm *c, const void *send, const in
     moe_comm_request *r = NULL;
     int32_t st = moe_comm_request_new(c, NULL, &r);
     if (st) return st;
-    st = c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    st = c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, ex);
     if (st) {
         moe_comm_request_free(r);
         return st;
@@ -308,4 +308,15 @@ int32_t moe_comm_sync_test(moe_comm *c, moe_comm_request *req, int32_t *done)
     if (st) return st;
     *done = 1; /* start already moved the blocks */
     return MOE_OK;
+}
+
+moe_exec moe_comm_exec(const moe_comm *c, const moe_exec *ex) { return ex ? *ex : moe_context_exec(c->ctx, NULL); }
+
+int32_t moe_comm_host_enter(moe_comm *c, const moe_exec *ex)
+{
+    moe_exec e = moe_comm_exec(c, ex);
+    int32_t st = e.be->stream_sync(&e); /* the bytes queued before the collective are in place */
+    return st ? moe_errorf(c->ctx, st, "moe_comm (%s): waiting for the %s stream failed", moe_comm_kind_name(c->kind),
+                           e.be->name)
+              : MOE_OK;
 }

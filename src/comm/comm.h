@@ -16,13 +16,17 @@ typedef struct moe_comm_request moe_comm_request;
 
 typedef struct moe_comm_ops {
     const char *name;
+    /* Every data collective takes the execution context of the call (NULL: the comm's context's
+     * stream): its buffers are device memory of that context in the order of ex->stream. A device
+     * comm (NCCL) enqueues on ex->stream; a host comm (MPI, hooks, self) first waits for the stream,
+     * then moves the bytes. Counts, offsets and sizes are host values. */
     /* recv[recv_offsets[p] .. + recv_bytes[p]) <- peer p's send block for this rank */
     int32_t (*all_to_all_v)(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
-                            void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets);
+                            void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex);
     /* Non-blocking form for overlap; *req is completed (and freed) by wait. Buffers must stay valid. */
     int32_t (*all_to_all_v_start)(moe_comm *c, const void *send, const int64_t *send_bytes,
                                   const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                  const int64_t *recv_offsets, moe_comm_request **req);
+                                  const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex);
     int32_t (*wait)(moe_comm *c, moe_comm_request *req);
     /* Advances req without blocking and sets *done = 1 once it has completed (0 otherwise). req stays
      * owned by the caller and must still be passed to wait (which then returns at once). Backends that
@@ -31,13 +35,14 @@ typedef struct moe_comm_ops {
     int32_t (*test)(moe_comm *c, moe_comm_request *req, int32_t *done);
     /* recv[recv_offsets[p] ..) <- peer p's send (recv_bytes[p] bytes) */
     int32_t (*all_gather_v)(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
-                            const int64_t *recv_offsets);
+                            const int64_t *recv_offsets, const moe_exec *ex);
     /* in-place sum of count elements (MOE_DTYPE_FP32, FP64, INT64) */
-    int32_t (*all_reduce)(moe_comm *c, void *buf, int64_t count, int32_t dtype);
+    int32_t (*all_reduce)(moe_comm *c, void *buf, int64_t count, int32_t dtype, const moe_exec *ex);
     /* send holds size blocks back to back (block p: recv_counts[p] elements); recv <- sum over ranks
      * of block `rank` */
-    int32_t (*reduce_scatter)(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype);
-    int32_t (*broadcast)(moe_comm *c, void *buf, int64_t bytes, int32_t root);
+    int32_t (*reduce_scatter)(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype,
+                              const moe_exec *ex);
+    int32_t (*broadcast)(moe_comm *c, void *buf, int64_t bytes, int32_t root, const moe_exec *ex);
     int32_t (*barrier)(moe_comm *c);
     /* ranks with equal color form a new comm ordered by (key, rank); color < 0 -> *out = NULL */
     int32_t (*split)(moe_comm *c, int32_t color, int32_t key, moe_comm **out);
@@ -70,6 +75,11 @@ extern const moe_comm_ops moe_comm_mpi_ops;
 #ifdef MOE_HAVE_NCCL
 extern const moe_comm_ops moe_comm_nccl_ops;
 #endif
+
+/* The exec a collective runs with: ex, or the comm's context's stream when ex is NULL. A host comm
+ * then waits for that stream (moe_comm_host_enter) before touching the buffers. */
+moe_exec moe_comm_exec(const moe_comm *c, const moe_exec *ex);
+int32_t moe_comm_host_enter(moe_comm *c, const moe_exec *ex);
 
 /* Element size of a reduction dtype; 0 if unknown. */
 size_t moe_comm_dtype_size(int32_t dtype);

@@ -32,10 +32,12 @@ static int32_t hook_failed(moe_comm *c, const char *hook, int32_t rc)
 }
 
 static int32_t hooks_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
-                                  void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets)
+                                  void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
     int32_t st = moe_comm_check_all_to_all_v(c, "all_to_all_v", send, send_bytes, send_offsets, recv, recv_bytes,
                                              recv_offsets);
+    if (st) return st;
+    st = moe_comm_host_enter(c, ex); /* the hooks read and write the bytes from the host */
     if (st) return st;
     const moe_comm_hooks *h = hooks_of(c);
     int32_t rc = h->all_to_all_v(h->user_data, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
@@ -43,28 +45,34 @@ static int32_t hooks_all_to_all_v(moe_comm *c, const void *send, const int64_t *
 }
 
 static int32_t hooks_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
-                                  const int64_t *recv_bytes, const int64_t *recv_offsets)
+                                  const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
     int32_t st = moe_comm_check_all_gather_v(c, "all_gather_v", send, send_bytes, recv, recv_bytes, recv_offsets);
+    if (st) return st;
+    st = moe_comm_host_enter(c, ex); /* the hooks read and write the bytes from the host */
     if (st) return st;
     const moe_comm_hooks *h = hooks_of(c);
     int32_t rc = h->all_gather_v(h->user_data, send, send_bytes, recv, recv_bytes, recv_offsets);
     return rc ? hook_failed(c, "all_gather_v", rc) : MOE_OK;
 }
 
-static int32_t hooks_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype)
+static int32_t hooks_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype, const moe_exec *ex)
 {
     int32_t st = moe_comm_check_all_reduce(c, "all_reduce", buf, count, dtype);
+    if (st) return st;
+    st = moe_comm_host_enter(c, ex); /* the hooks read and write the bytes from the host */
     if (st) return st;
     const moe_comm_hooks *h = hooks_of(c);
     int32_t rc = h->all_reduce(h->user_data, buf, count, dtype);
     return rc ? hook_failed(c, "all_reduce", rc) : MOE_OK;
 }
 
-static int32_t hooks_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype)
+static int32_t hooks_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype, const moe_exec *ex)
 {
     int64_t total;
     int32_t st = moe_comm_check_reduce_scatter(c, "reduce_scatter", send, recv, recv_counts, dtype, &total);
+    if (st) return st;
+    st = moe_comm_host_enter(c, ex); /* the hooks read and write the bytes from the host */
     if (st) return st;
     if (total == 0) return MOE_OK; /* every rank sees the same recv_counts, so every rank skips */
     size_t es = moe_comm_dtype_size(dtype);
@@ -73,7 +81,12 @@ static int32_t hooks_reduce_scatter(moe_comm *c, const void *send, void *recv, c
     if (!tmp)
         return moe_errorf(c->ctx, MOE_ERR_OUT_OF_MEMORY, "moe_comm (hooks) reduce_scatter: out of memory for a %zu-byte "
                           "copy of send", bytes);
-    memcpy(tmp, send, bytes);
+    moe_exec e = moe_comm_exec(c, ex);
+    st = e.be->memcpy(&e, tmp, send, bytes, MOE_COPY_D2D);
+    if (st) {
+        moe_mem_free(c->ctx, tmp, bytes, MOE_MEM_COMM);
+        return moe_errorf(c->ctx, st, "moe_comm (hooks) reduce_scatter: copying send failed");
+    }
     const moe_comm_hooks *h = hooks_of(c);
     int32_t rc = h->all_reduce(h->user_data, tmp, total, dtype);
     if (rc) {
@@ -82,14 +95,17 @@ static int32_t hooks_reduce_scatter(moe_comm *c, const void *send, void *recv, c
     }
     int64_t before = 0;
     for (int32_t p = 0; p < c->rank; p++) before += recv_counts[p];
-    if (recv_counts[c->rank] > 0) memcpy(recv, tmp + (size_t)before * es, (size_t)recv_counts[c->rank] * es);
+    if (recv_counts[c->rank] > 0)
+        st = e.be->memcpy(&e, recv, tmp + (size_t)before * es, (size_t)recv_counts[c->rank] * es, MOE_COPY_D2D);
     moe_mem_free(c->ctx, tmp, bytes, MOE_MEM_COMM);
-    return MOE_OK;
+    return st ? moe_errorf(c->ctx, st, "moe_comm (hooks) reduce_scatter: copying the result failed") : MOE_OK;
 }
 
-static int32_t hooks_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root)
+static int32_t hooks_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root, const moe_exec *ex)
 {
     int32_t st = moe_comm_check_broadcast(c, "broadcast", buf, bytes, root);
+    if (st) return st;
+    st = moe_comm_host_enter(c, ex); /* the hooks read and write the bytes from the host */
     if (st) return st;
     const moe_comm_hooks *h = hooks_of(c);
     int32_t rc = h->broadcast(h->user_data, buf, bytes, root);

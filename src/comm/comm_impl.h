@@ -29,7 +29,7 @@ void moe_comm_request_free(moe_comm_request *req);
  * c->ops->all_to_all_v to completion and returns a finished request; test says done; wait frees it. */
 int32_t moe_comm_sync_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
                                          const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                         const int64_t *recv_offsets, moe_comm_request **req);
+                                         const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex);
 int32_t moe_comm_sync_wait(moe_comm *c, moe_comm_request *req);
 int32_t moe_comm_sync_test(moe_comm *c, moe_comm_request *req, int32_t *done);
 

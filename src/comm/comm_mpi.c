@@ -183,8 +183,10 @@ static int32_t a2a_post(moe_comm *c, const char *op, const void *send, const int
 }
 
 static int32_t mpi_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
-                                void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets)
+                                void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "all_to_all_v";
     int32_t st = moe_comm_check_all_to_all_v(c, op, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
     if (st) return st;
@@ -196,8 +198,10 @@ static int32_t mpi_all_to_all_v(moe_comm *c, const void *send, const int64_t *se
 
 static int32_t mpi_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
                                       const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                      const int64_t *recv_offsets, moe_comm_request **req)
+                                      const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "all_to_all_v_start";
     if (!req) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (MPI) %s: req is NULL", op);
     int32_t st = moe_comm_check_all_to_all_v(c, op, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
@@ -251,8 +255,10 @@ static int32_t mpi_test(moe_comm *c, moe_comm_request *req, int32_t *done)
 
 /* ---------------------------------------------------------------- all-gather-v */
 static int32_t mpi_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
-                                const int64_t *recv_offsets)
+                                const int64_t *recv_offsets, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "all_gather_v";
     int32_t st = moe_comm_check_all_gather_v(c, op, send, send_bytes, recv, recv_bytes, recv_offsets);
     if (st) return st;
@@ -290,8 +296,10 @@ static int32_t mpi_all_gather_v(moe_comm *c, const void *send, int64_t send_byte
 }
 
 /* ---------------------------------------------------------------- reductions */
-static int32_t mpi_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype)
+static int32_t mpi_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "all_reduce";
     int32_t st = moe_comm_check_all_reduce(c, op, buf, count, dtype);
     if (st) return st;
@@ -313,8 +321,10 @@ static int32_t mpi_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dty
     return finish(c, op, pd);
 }
 
-static int32_t mpi_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype)
+static int32_t mpi_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "reduce_scatter";
     int64_t total;
     int32_t st = moe_comm_check_reduce_scatter(c, op, send, recv, recv_counts, dtype, &total);
@@ -338,8 +348,10 @@ static int32_t mpi_reduce_scatter(moe_comm *c, const void *send, void *recv, con
 }
 
 /* ---------------------------------------------------------------- broadcast, barrier */
-static int32_t mpi_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root)
+static int32_t mpi_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root, const moe_exec *ex)
 {
+    int32_t hs_ = moe_comm_host_enter(c, ex); /* MPI reads and writes the bytes from the host */
+    if (hs_) return hs_;
     const char *op = "broadcast";
     int32_t st = moe_comm_check_broadcast(c, op, buf, bytes, root);
     if (st) return st;

@@ -160,6 +160,19 @@ static int32_t end_group_and_wait(moe_comm *c, const char *op, ncclResult_t firs
     return await_completion(c, op, NULL, deadline);
 }
 
+/* Orders the comm's stream after the work the caller queued on ex->stream (the buffers' producers):
+ * an event recorded there and waited for by the comm's stream. No-op for the default stream. */
+static int32_t order_after(moe_comm *c, const char *op, const moe_exec *ex)
+{
+    if (!ex || !ex->stream) return MOE_OK;
+    cudaEvent_t ev = NULL;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)ex->stream);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(impl_of(c)->stream, ev, 0);
+    if (ev) cudaEventDestroy(ev);
+    return e == cudaSuccess ? MOE_OK : cuda_fail(c, op, "ordering after the caller's stream", e);
+}
+
 /* One blocking grouped collective: on the comm's device, its NCCL calls between begin and end, then
  * waited for under the comm's deadline. Enqueue failures are kept in g.first (keep_first) and
  * reported by group_end, which also restores the caller's device. */
@@ -169,10 +182,15 @@ typedef struct nccl_group {
     ncclResult_t first;
 } nccl_group;
 
-static int32_t group_begin(moe_comm *c, const char *op, nccl_group *g)
+static int32_t group_begin(moe_comm *c, const char *op, nccl_group *g, const moe_exec *ex)
 {
     int32_t st = enter_device(c->ctx, op, impl_of(c)->device, &g->prev_device);
     if (st) return st;
+    st = order_after(c, op, ex);
+    if (st) {
+        leave_device(g->prev_device);
+        return st;
+    }
     g->deadline = deadline_of(c);
     g->first = ncclSuccess;
     keep_first(&g->first, ncclGroupStart());
@@ -244,7 +262,7 @@ static int32_t a2a_enqueue(moe_comm *c, const char *op, const void *send, const 
 }
 
 static int32_t nccl_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
-                                 void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets)
+                                 void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
     const char *op = "all_to_all_v";
     int32_t st = moe_comm_check_all_to_all_v(c, op, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
@@ -252,6 +270,11 @@ static int32_t nccl_all_to_all_v(moe_comm *c, const void *send, const int64_t *s
     int prev;
     st = enter_device(c->ctx, op, impl_of(c)->device, &prev);
     if (st) return st;
+    st = order_after(c, op, ex);
+    if (st) {
+        leave_device(prev);
+        return st;
+    }
     int64_t deadline = deadline_of(c);
     st = a2a_enqueue(c, op, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, deadline);
     if (!st) st = await_completion(c, op, NULL, deadline);
@@ -261,7 +284,7 @@ static int32_t nccl_all_to_all_v(moe_comm *c, const void *send, const int64_t *s
 
 static int32_t nccl_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
                                        const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
-                                       const int64_t *recv_offsets, moe_comm_request **req)
+                                       const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex)
 {
     const char *op = "all_to_all_v_start";
     if (!req) return moe_errorf(c->ctx, MOE_ERR_INVALID_ARGUMENT, "moe_comm (NCCL) %s: req is NULL", op);
@@ -270,6 +293,11 @@ static int32_t nccl_all_to_all_v_start(moe_comm *c, const void *send, const int6
     int prev;
     st = enter_device(c->ctx, op, impl_of(c)->device, &prev);
     if (st) return st;
+    st = order_after(c, op, ex);
+    if (st) {
+        leave_device(prev);
+        return st;
+    }
     cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
     if (e != cudaSuccess) {
@@ -346,7 +374,7 @@ static int32_t nccl_test(moe_comm *c, moe_comm_request *req, int32_t *done)
 
 /* ---------------------------------------------------------------- all-gather-v */
 static int32_t nccl_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
-                                 const int64_t *recv_bytes, const int64_t *recv_offsets)
+                                 const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
     const char *op = "all_gather_v";
     int32_t st = moe_comm_check_all_gather_v(c, op, send, send_bytes, recv, recv_bytes, recv_offsets);
@@ -362,7 +390,7 @@ static int32_t nccl_all_gather_v(moe_comm *c, const void *send, int64_t send_byt
     }
     if (total == 0) return MOE_OK; /* every rank sees the same recv_bytes */
     nccl_group g;
-    st = group_begin(c, op, &g);
+    st = group_begin(c, op, &g, ex);
     if (st) return st;
     if (uniform) {
         keep_first(&g.first, ncclAllGather(send, recv, (size_t)b, ncclUint8, im->comm, im->stream));
@@ -378,7 +406,7 @@ static int32_t nccl_all_gather_v(moe_comm *c, const void *send, int64_t send_byt
 }
 
 /* ---------------------------------------------------------------- reductions */
-static int32_t nccl_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype)
+static int32_t nccl_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype, const moe_exec *ex)
 {
     const char *op = "all_reduce";
     int32_t st = moe_comm_check_all_reduce(c, op, buf, count, dtype);
@@ -387,13 +415,13 @@ static int32_t nccl_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dt
     if (count == 0) return MOE_OK;
     nccl_impl *im = impl_of(c);
     nccl_group g;
-    st = group_begin(c, op, &g);
+    st = group_begin(c, op, &g, ex);
     if (st) return st;
     keep_first(&g.first, ncclAllReduce(buf, buf, (size_t)count, nccl_type(dtype), ncclSum, im->comm, im->stream));
     return group_end(c, op, &g);
 }
 
-static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype)
+static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype, const moe_exec *ex)
 {
     const char *op = "reduce_scatter";
     int64_t total;
@@ -408,7 +436,7 @@ static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, co
     for (int32_t p = 1; p < c->size; p++)
         if (recv_counts[p] != recv_counts[0]) uniform = 0;
     nccl_group g;
-    st = group_begin(c, op, &g);
+    st = group_begin(c, op, &g, ex);
     if (st) return st;
     if (uniform) {
         keep_first(&g.first, ncclReduceScatter(send, recv, (size_t)recv_counts[0], nccl_type(dtype), ncclSum, im->comm,
@@ -429,7 +457,7 @@ static int32_t nccl_reduce_scatter(moe_comm *c, const void *send, void *recv, co
 }
 
 /* ---------------------------------------------------------------- broadcast, barrier */
-static int32_t nccl_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root)
+static int32_t nccl_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root, const moe_exec *ex)
 {
     const char *op = "broadcast";
     int32_t st = moe_comm_check_broadcast(c, op, buf, bytes, root);
@@ -438,7 +466,7 @@ static int32_t nccl_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t roo
     if (bytes == 0) return MOE_OK;
     nccl_impl *im = impl_of(c);
     nccl_group g;
-    st = group_begin(c, op, &g);
+    st = group_begin(c, op, &g, ex);
     if (st) return st;
     keep_first(&g.first, ncclBroadcast(buf, buf, (size_t)bytes, ncclUint8, root, im->comm, im->stream));
     return group_end(c, op, &g);
@@ -451,7 +479,7 @@ static int32_t nccl_barrier(moe_comm *c)
     if (st) return st;
     nccl_impl *im = impl_of(c);
     nccl_group g;
-    st = group_begin(c, op, &g);
+    st = group_begin(c, op, &g, NULL);
     if (st) return st;
     keep_first(&g.first, ncclAllReduce(im->scratch, im->scratch, 1, ncclInt32, ncclSum, im->comm, im->stream));
     return group_end(c, op, &g);

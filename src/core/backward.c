@@ -12,83 +12,53 @@
  *          dx  += dlogits W_r + shared-expert terms
  * weights: dW2_e += dY_e^T h_e, dW1_e += dz_e^T x_e, dW_r += dlogits^T x, shared alike.
  */
-#include <math.h>
-#include <string.h>
-
 #include "core/dispatcher.h"
+#include "core/experts.h"
 
-/* d(gate logit) = dg * g (1 - g), in place */
-static void gate_logit_grad(int32_t cdt, int64_t T, const void *g, void *dg)
-{
-    if (cdt == MOE_DTYPE_FP64) {
-        double *d = dg;
-        const double *gv = g;
-        for (int64_t t = 0; t < T; t++) d[t] *= gv[t] * (1.0 - gv[t]);
-    } else {
-        float *d = dg;
-        const float *gv = g;
-        for (int64_t t = 0; t < T; t++) d[t] *= gv[t] * (1.0f - gv[t]);
-    }
-}
-
-/* Router backward: dlogits [T,E] = route_bwd(dprobs) + aux and z-loss gradients (times the scale). */
+/* Router backward: dlogits [T,E] = route_bwd(dprobs) + aux and z-loss gradients (times the scale; the
+ * aux coefficients were scaled by the forward). */
 static int32_t router_backward(moe_layer *L, moe_step *step, const moe_exec *e)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, E = L->E;
-    memset(tp->dlogits.p, 0, (size_t)(T * E) * L->ops->elem_size);
+    TRY(moe_mem_zero(L->ctx, e, tp->dlogits.p, (size_t)(T * E) * L->ops->elem_size));
     OP(route_bwd, e, &L->route, T, tp->logits.p, tp->idx.p, tp->dprobs.p, tp->dlogits.p);
-    double scale = step->aux_loss_scale;
-    if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0 && L->cfg.aux_loss_coeff > 0) {
-        double *coef = tp->aux_coef.p;
-        int64_t n = step->B * E;
-        for (int64_t i = 0; i < n; i++) coef[i] *= scale;
-        int32_t st = L->ops->aux_bwd(e, L->cfg.score_function, L->E, T, T / step->B, tp->logits.p, coef, tp->dlogits.p);
-        for (int64_t i = 0; i < n; i++) coef[i] /= scale; /* keep the tape reusable */
-        if (st) return moe_errorf(L->ctx, st, "op aux_bwd of backend %s failed", L->ops->name);
-    }
+    if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0 && L->cfg.aux_loss_coeff > 0)
+        OP(aux_bwd, e, L->cfg.score_function, L->E, T, T / step->B, tp->logits.p, tp->aux_coef.p, tp->dlogits.p);
     if (L->cfg.z_loss_coeff > 0 && T > 0)
-        OP(zloss_bwd, e, L->E, T, tp->logits.p, (double)L->cfg.z_loss_coeff * scale / (double)T, tp->dlogits.p);
+        OP(zloss_bwd, e, L->E, T, tp->logits.p, (double)L->cfg.z_loss_coeff * step->aux_loss_scale / (double)T,
+           tp->dlogits.p);
     return MOE_OK;
 }
 
-/* Unchunked expert data gradient: dY_r = dispatch_grad(dy), dh, (dz, dp_r), then combine_grad into
- * dxs [T,H] (=) and tape.dprobs. */
+/* Unchunked expert data gradient: dY_r = dispatch_grad(dy), the expert block's backward, then
+ * combine_grad into dxs [T,H] (=) and tape.dprobs. */
 static int32_t experts_data_grad(moe_layer *L, moe_step *step, const moe_exec *e, void *dxs)
 {
     moe_context *ctx = L->ctx;
     moe_step_tape *tp = &step->tape;
-    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
     moe_range_push(ctx, "moe.experts.backward_data");
-    TRY(L->disp->dispatch_grad(L, step, tp->dys.p, tp->dyr.p));
-    void *dh = tp->h.p;      /* [Rx,Fl] */
-    void *dxr = tp->rows.p;  /* [Rx,H] */
-    void *dprow = tp->tok.p; /* [Rx] */
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, Fl, H, 1.0, tp->dyr.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC2),
-       H * Fl, 0.0, dh);
-    OP(act_bwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, dh, tp->dz.p, dprow);
-    OP(gemm_grouped_rows, e, L->E_local, tp->xoff.p, 0, H, F1l, 1.0, tp->dz.p, moe_layer_weight(L, MOE_PARAM_EXPERT_FC1),
-       F1l * H, 0.0, dxr);
+    TRY(L->disp->dispatch_grad(L, step, e, tp->dys.p, tp->dyr.p));
+    TRY(moe_experts_backward_data(L, step, e, 0, L->E_local, NULL)); /* dx rows in rows, dp rows in tok */
     moe_range_pop(ctx);
 
     /* ---- combine backward: dx rows back to their tokens, dp back to their assignments ---- */
     moe_range_push(ctx, "moe.combine.backward");
-    TRY(L->disp->combine_grad(L, step, dxr, dprow, dxs, tp->dprobs.p));
+    TRY(L->disp->combine_grad(L, step, e, tp->rows.p, tp->tok.p, dxs, tp->dprobs.p));
     moe_range_pop(ctx);
     return MOE_OK;
 }
 
-int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *dy, void *dx, void *stream)
+int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *dy, void *dx, const moe_exec *e)
 {
     moe_context *ctx = L->ctx;
-    moe_exec ex = moe_context_exec(ctx, stream);
-    moe_exec *e = &ex;
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, F1l = L->F1_local;
     const int32_t K = L->K;
     const int32_t cdt = L->ops->dtype;
     const size_t es = L->ops->elem_size;
 
+    step->stream = e->stream;
     /* reserve everything first so that a failure leaves dx untouched */
     TRY(moe_step_need(step, &tp->dys, T * H, es));
     TRY(moe_step_need(step, &tp->dyr, Rx * H, es));
@@ -101,6 +71,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         TRY(moe_step_need(step, &tp->dgate, T, es));
     }
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
+    step->reserved = 1; /* everything the local path writes is in place; growth from here is counted */
     void *dxs = (L->dtype == cdt) ? dx : tp->dxtmp.p; /* in place when the host dtype is the compute dtype */
 
     OP(convert, e, T * H, dy, L->dtype, tp->dys.p, cdt); /* a copy when the dtypes match */
@@ -110,7 +81,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
     if (chunked) {
         /* dispatch_grad, expert data gradient and combine_grad pipelined over token chunks */
         moe_range_push(ctx, "moe.experts.backward_data");
-        TRY(chunked->backward_data(L, step, tp->dys.p, dxs, tp->dprobs.p));
+        TRY(chunked->backward_data(L, step, e, tp->dys.p, dxs, tp->dprobs.p));
         moe_range_pop(ctx);
     } else {
         TRY(experts_data_grad(L, step, e, dxs));
@@ -130,21 +101,20 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         OP(act_bwd, e, L->cfg.activation, T, Fs, tp->zs.p, g, dhs, tp->dzs.p, g ? tp->dgate.p : NULL);
         OP(gemm, e, 0, 0, T, H, Fs1, 1.0, tp->dzs.p, Fs1, moe_layer_weight(L, MOE_PARAM_SHARED_FC1), H, 1.0, dxs, H);
         if (g) {
-            gate_logit_grad(cdt, T, g, tp->dgate.p);
+            OP(sigmoid_bwd, e, T, g, tp->dgate.p, tp->dgate.p); /* d(gate logit) = dg * g (1 - g) */
             OP(gemm, e, 0, 0, T, H, 1, 1.0, tp->dgate.p, 1, moe_layer_weight(L, MOE_PARAM_SHARED_GATE), H, 1.0, dxs, H);
         }
         moe_range_pop(ctx);
     }
     if (L->dtype != cdt) OP(convert, e, T * H, dxs, cdt, dx, L->dtype);
+    step->reserved = 0;
     step->state = MOE_STEP_STATE_DATA_GRAD;
     return MOE_OK;
 }
 
-int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, void *stream)
+int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_exec *e)
 {
     moe_context *ctx = L->ctx;
-    moe_exec ex = moe_context_exec(ctx, stream);
-    moe_exec *e = &ex;
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
     const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
@@ -155,7 +125,7 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, void *stre
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, tp->dyr.p, tp->h.p, beta,
        L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
     const void *xr = NULL;
-    TRY(L->disp->expert_input(L, step, &xr));
+    TRY(L->disp->expert_input(L, step, e, &xr));
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, tp->dz.p, xr, beta, L->grad[MOE_PARAM_EXPERT_FC1].p,
        F1l * H);
     moe_range_pop(ctx);

@@ -10,14 +10,17 @@
 #include <stdint.h>
 
 #include "moe.h"
-#include "backend/ops.h"
+#include "backend/backend.h"
+#include "base/error.h"
 
-#define MOE_ERROR_CAP 1024
 
-/* One cached free block of the built-in pool. */
+/* One cached free block of the built-in pool: freed on `stream`, reusable there at once (stream
+ * order) and on another stream once `event` (recorded at the free) has passed. */
 typedef struct moe_pool_block {
     void *ptr;
     size_t bytes;
+    void *stream;
+    void *event;
 } moe_pool_block;
 #define MOE_POOL_SLOTS 256
 
@@ -26,6 +29,13 @@ struct moe_context {
     int32_t device_type;
     int32_t device_id;
     int32_t num_threads;
+    const moe_backend *backend; /* from device_type: every op and device byte goes through it */
+    void *device_state;         /* backend->device_open's state */
+    void *stream;               /* the context's stream (NULL: the backend's default stream) */
+    void *cur_stream;           /* the stream of the entry point running now (buffers freed in its order) */
+    /* device-to-host copies the engine made for its own decisions (moe_copy_to_host), and tape
+     * buffers that had to grow after a step's up-front reservation: both counted for the tests */
+    int64_t d2h_copies, d2h_bytes, inflight_allocs;
     moe_allocator allocator; /* copied; .alloc == NULL -> built-in pool */
     moe_logger logger;
     moe_profiler profiler;
@@ -42,30 +52,28 @@ struct moe_context {
     char last_error[MOE_ERROR_CAP];
 };
 
-/* ---- errors (src/api/error.c) ---- */
-/* Records a message (printf-style) on ctx, or in the thread-local fallback when ctx is NULL, sends
- * it to the logger at ERROR level, and returns status. */
-int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-/* ---- memory (src/mem/allocator.c) ---- */
-/* 64-byte aligned; charged to category. Returns NULL on failure (and records an error on ctx). */
+/* ---- memory (src/mem/allocator.c): device memory of the context's backend ---- */
+/* 64-byte aligned; charged to category; ordered on ctx->cur_stream. Returns NULL on failure (and
+ * records an error on ctx). */
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category);
+/* Returns a block to the pool in the order of ctx->cur_stream: reusable by later work on that stream
+ * at once, by other streams once the stream has passed this point. */
 void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);
-/* Frees the pool's cached blocks (context teardown). */
+/* Frees the pool's cached blocks, waiting for the streams that still use them (context teardown). */
 void moe_mem_trim(moe_context *ctx);
 /* a * b with overflow detection; returns 0 on overflow. */
 int moe_size_mul(size_t a, size_t b, size_t *out);
 
-/* ---- lifetime ---- */
+/* ---- copies and fills of device memory (src/core/context.c) ---- */
+/* bytes of device memory at src -> host memory at dst, then waits for them: the engine's only way to
+ * read a device value on the host. Counted in ctx->d2h_copies / d2h_bytes. */
+int32_t moe_copy_to_host(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes);
+/* host memory -> device memory, ordered on ex->stream (the host buffer may be reused on return). */
+int32_t moe_copy_to_device(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes);
+/* Zero bytes of device memory. */
+int32_t moe_mem_zero(moe_context *ctx, const moe_exec *ex, void *dst, size_t bytes);
+
+/* ---- lifetime (src/core/context.c) ---- */
 void moe_context_retain(moe_context *ctx);
 void moe_context_release_ref(moe_context *ctx);
 
@@ -91,9 +99,19 @@ static inline int32_t moe_range_unwind(moe_context *ctx, int32_t depth, int32_t 
     return st;
 }
 
+/* The execution context of one entry point: the context's backend and device, `stream` (NULL: the
+ * context's stream) and thread count. Entry points build it once with moe_context_enter (which also
+ * makes its stream the one buffers are freed in the order of) and pass it down to every op,
+ * dispatcher hook and comm call. */
 static inline moe_exec moe_context_exec(const moe_context *ctx, void *stream)
 {
-    moe_exec ex = {ctx->num_threads, stream};
+    moe_exec ex = {ctx->backend, ctx->device_state, stream ? stream : ctx->stream, ctx->device_id, ctx->num_threads};
+    return ex;
+}
+static inline moe_exec moe_context_enter(moe_context *ctx, void *stream)
+{
+    moe_exec ex = moe_context_exec(ctx, stream);
+    ctx->cur_stream = ex.stream;
     return ex;
 }
 

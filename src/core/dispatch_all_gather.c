@@ -19,11 +19,12 @@
  * over sources of the sources' plan row counts: with pad_to_capacity every expert has as many rows as
  * under the all-to-all dispatcher, so the GEMM shapes match. Padding rows are never read back.
  *
- * Step tape state (dbuf): the gathered header, the map (gathered token, k) -> local row (or -1) and the
- * map local row -> gathered token (-1 = padding). Transient buffers (gathered x / dy / partial outputs,
+ * Step tape state (dbuf): the gathered header (HOST memory: the host sizes the expert blocks from it),
+ * the map (gathered token, k) -> local row (or -1) and the map local row -> gathered token (-1 =
+ * padding), both built by the ag_expert_rows op. Transient buffers (gathered x / dy / partial outputs,
  * staging) are released at the end of each hook.
  */
-#include <string.h>
+#include <stdio.h>
 
 #include "comm/comm.h"
 #include "core/dispatcher.h"
@@ -56,31 +57,29 @@ static int32_t comm_failed(moe_layer *L, int32_t st, const char *what, const moe
 {
     /* the comm recorded its message on the context; keep it and say which step failed */
     char prev[MOE_ERROR_CAP];
-    memcpy(prev, L->ctx->last_error, sizeof prev);
-    prev[sizeof prev - 1] = '\0';
+    snprintf(prev, sizeof prev, "%s", L->ctx->last_error);
     return moe_errorf(L->ctx, st, "all-gather dispatcher: %s over %s comm failed: %s", what, c->ops->name, prev);
 }
 
 static int32_t num_sources(const moe_layer *L) { return L->ep_size * L->etp_size; }
 
-/* Int64 scratch of the meta buffer: own header [1+E], per-source sizes [NS], per-peer counts and
- * offsets [2*max(P,Q)], fill positions [E_local]. */
+/* Int64 scratch of the meta buffer (host): own header [1+E], per-source sizes [NS], per-peer counts
+ * and offsets [2*max(P,Q)]. */
 typedef struct ag_meta {
-    int64_t *own, *src, *cnt, *off, *pos;
+    int64_t *own, *src, *cnt, *off;
 } ag_meta;
 
 static int32_t get_meta(moe_layer *L, moe_step *s, ag_meta *m)
 {
     int64_t P = L->ep_size, Q = L->etp_size, NS = num_sources(L);
     int64_t peers = P > Q ? P : Q;
-    int64_t n = (1 + (int64_t)L->E) + NS + 2 * peers + L->E_local;
-    TRY(moe_step_need(s, &s->tape.dbuf[AG_META], n, sizeof(int64_t)));
+    int64_t n = (1 + (int64_t)L->E) + NS + 2 * peers;
+    TRY(moe_step_need_host(s, &s->tape.dbuf[AG_META], n, sizeof(int64_t)));
     int64_t *b = s->tape.dbuf[AG_META].p;
     m->own = b;
     m->src = m->own + 1 + L->E;
     m->cnt = m->src + NS;
     m->off = m->cnt + peers;
-    m->pos = m->off + peers;
     return MOE_OK;
 }
 
@@ -110,7 +109,8 @@ static void prefix(int64_t n, const int64_t *cnt, int64_t *off)
 /* Two-stage all-gather of byte blocks: source i (gathered order) contributes src[i] bytes (this rank's
  * are at send); out receives all blocks back to back in the order [etp][ep]. The caller checked that
  * the sum of src[] does not overflow. */
-static int32_t gather2(moe_layer *L, moe_step *s, ag_meta *m, const void *send, void *out, const char *what)
+static int32_t gather2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m, const void *send, void *out,
+                       const char *what, int host)
 {
     moe_comm *ep = L->ep_comm, *etp = L->etp_comm;
     int64_t q_me = L->etp_rank, P = L->ep_size, Q = L->etp_size;
@@ -120,12 +120,13 @@ static int32_t gather2(moe_layer *L, moe_step *s, ag_meta *m, const void *send, 
         void *dst = out;
         int64_t total = block_sum(L, m->src, q_me);
         if (etp) {
-            TRY(moe_step_need(s, &s->tape.dbuf[AG_STAGE], total, 1));
+            if (host) TRY(moe_step_need_host(s, &s->tape.dbuf[AG_STAGE], total, 1));
+            else TRY(moe_step_need(s, &s->tape.dbuf[AG_STAGE], total, 1));
             dst = s->tape.dbuf[AG_STAGE].p;
         }
         for (int64_t p = 0; p < P; p++) m->cnt[p] = m->src[q_me * P + p];
         prefix(P, m->cnt, m->off);
-        int32_t st = ep->ops->all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off);
+        int32_t st = ep->ops->all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, ep);
         blk = dst;
         blk_bytes = total;
@@ -133,17 +134,23 @@ static int32_t gather2(moe_layer *L, moe_step *s, ag_meta *m, const void *send, 
     if (etp) {
         for (int64_t q = 0; q < Q; q++) m->cnt[q] = block_sum(L, m->src, q);
         prefix(Q, m->cnt, m->off);
-        int32_t st = etp->ops->all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off);
+        int32_t st = etp->ops->all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, etp);
-    } else if (!ep && blk_bytes > 0) {
-        memcpy(out, send, (size_t)blk_bytes);
+    } else if (!ep && blk_bytes > 0) { /* a group of one */
+        if (host) {
+            for (int64_t i = 0; i < blk_bytes; i++) ((char *)out)[i] = ((const char *)send)[i];
+        } else {
+            int32_t st = e->be->memcpy(e, out, send, (size_t)blk_bytes, MOE_COPY_D2D);
+            if (st) return moe_errorf(L->ctx, st, "all-gather dispatcher: %s: device copy failed", what);
+        }
     }
     return MOE_OK;
 }
 
 /* Two-stage reduce-scatter (sum) of compute-dtype elements: full holds the blocks of all sources in
  * gathered order (source i: src[i] elements); out (=) receives this rank's block summed over the group. */
-static int32_t scatter2(moe_layer *L, moe_step *s, ag_meta *m, const void *full, void *out, const char *what)
+static int32_t scatter2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m, const void *full, void *out,
+                        const char *what)
 {
     moe_comm *ep = L->ep_comm, *etp = L->etp_comm;
     int64_t q_me = L->etp_rank, P = L->ep_size, Q = L->etp_size;
@@ -157,17 +164,18 @@ static int32_t scatter2(moe_layer *L, moe_step *s, ag_meta *m, const void *full,
             dst = s->tape.dbuf[AG_STAGE].p;
         }
         for (int64_t q = 0; q < Q; q++) m->cnt[q] = block_sum(L, m->src, q);
-        int32_t st = etp->ops->reduce_scatter(etp, full, dst, m->cnt, dt);
+        int32_t st = etp->ops->reduce_scatter(etp, full, dst, m->cnt, dt, e);
         if (st) return comm_failed(L, st, what, etp);
         blk = dst;
     }
     if (ep) {
         for (int64_t p = 0; p < P; p++) m->cnt[p] = m->src[q_me * P + p];
-        int32_t st = ep->ops->reduce_scatter(ep, blk, out, m->cnt, dt);
+        int32_t st = ep->ops->reduce_scatter(ep, blk, out, m->cnt, dt, e);
         if (st) return comm_failed(L, st, what, ep);
     } else if (!etp) {
         int64_t n = m->src[q_me * P + L->ep_rank];
-        if (n > 0) memcpy(out, full, (size_t)n * es);
+        int32_t st = n > 0 ? e->be->memcpy(e, out, full, (size_t)n * es, MOE_COPY_D2D) : MOE_OK;
+        if (st) return moe_errorf(L->ctx, st, "all-gather dispatcher: %s: device copy failed", what);
     }
     return MOE_OK;
 }
@@ -199,23 +207,22 @@ static int64_t routing_record(const moe_layer *L)
     return (b + 7) / 8 * 8;
 }
 
-static int32_t ag_dispatch_impl(moe_layer *L, moe_step *s, ag_meta *m)
+static int32_t ag_dispatch_impl(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m)
 {
     moe_step_tape *tp = &s->tape;
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     const int64_t E = L->E, K = L->K, H = L->H, T = s->T, NS = num_sources(L);
     const int64_t El = L->E_local, first = L->expert_first;
     const size_t es = L->ops->elem_size;
 
-    /* ---- header: T and plan rows per expert of every source ---- */
-    const int64_t *offsets = tp->offsets.p;
+    /* ---- header: T and plan rows per expert of every source (host values) ---- */
+    const int64_t *offsets = moe_step_host_offsets(s);
     m->own[0] = T;
-    for (int64_t e = 0; e < E; e++) m->own[1 + e] = offsets[e + 1] - offsets[e];
+    for (int64_t x = 0; x < E; x++) m->own[1 + x] = offsets[x + 1] - offsets[x];
     int64_t hdr_bytes;
     if (!mul_ok(1 + E, (int64_t)sizeof(int64_t), &hdr_bytes)) return too_large(L, "the routing header");
-    TRY(moe_step_need(s, &tp->dbuf[AG_HDR], NS * (1 + E), sizeof(int64_t)));
+    TRY(moe_step_need_host(s, &tp->dbuf[AG_HDR], NS * (1 + E), sizeof(int64_t)));
     for (int64_t i = 0; i < NS; i++) m->src[i] = hdr_bytes;
-    TRY(gather2(L, s, m, m->own, tp->dbuf[AG_HDR].p, "all-gather of the routing header"));
+    TRY(gather2(L, s, e, m, m->own, tp->dbuf[AG_HDR].p, "all-gather of the routing header", 1));
 
     int64_t T_all = 0;
     for (int64_t i = 0; i < NS; i++) {
@@ -235,52 +242,23 @@ static int32_t ag_dispatch_impl(moe_layer *L, moe_step *s, ag_meta *m)
     TRY(token_sizes(L, s, m, rrec, &all_bytes, "the gathered routing records"));
     TRY(moe_step_need(s, &tp->dbuf[AG_AUX], own_bytes, 1));
     TRY(moe_step_need(s, &tp->dbuf[AG_FULL], all_bytes, 1));
-    {
-        unsigned char *rec = tp->dbuf[AG_AUX].p;
-        const unsigned char *probs = tp->probs.p;
-        const int32_t *idx = tp->idx.p;
-        const int64_t *slot_row = tp->slot_row.p;
-        for (int64_t t = 0; t < T; t++) {
-            unsigned char *r = rec + t * rrec;
-            memcpy(r, probs + (size_t)(t * K) * es, (size_t)K * es);
-            int32_t *re = (int32_t *)(void *)(r + (size_t)K * es);
-            for (int64_t k = 0; k < K; k++) re[k] = slot_row[t * K + k] >= 0 ? idx[t * K + k] : -1;
-            size_t used = (size_t)K * (es + 4);
-            if ((size_t)rrec > used) memset(r + used, 0, (size_t)rrec - used);
-        }
-    }
-    TRY(gather2(L, s, m, tp->dbuf[AG_AUX].p, tp->dbuf[AG_FULL].p, "all-gather of the routing"));
-    const unsigned char *grec = tp->dbuf[AG_FULL].p;
+    OP(ag_pack_routing, e, T, L->K, tp->probs.p, tp->idx.p, tp->slot_row.p, rrec, tp->dbuf[AG_AUX].p);
+    TRY(gather2(L, s, e, m, tp->dbuf[AG_AUX].p, tp->dbuf[AG_FULL].p, "all-gather of the routing", 0));
 
-    /* ---- local expert rows: kept assignments per local expert, then padding ---- */
-    int64_t *pos = m->pos;
-    for (int64_t e = 0; e < El; e++) pos[e] = 0;
-    for (int64_t g = 0; g < T_all; g++) {
-        const int32_t *re = (const int32_t *)(const void *)(grec + g * rrec + K * (int64_t)es);
-        for (int64_t k = 0; k < K; k++) {
-            int64_t e = re[k];
-            if (e < -1 || e >= E)
-                return moe_errorf(L->ctx, MOE_ERR_INTERNAL, "all-gather dispatcher: gathered expert index %lld "
-                                  "out of range", (long long)e);
-            if (e >= first && e < first + El) pos[e - first]++;
-        }
-    }
-    TRY(moe_step_need(s, &tp->xoff, El + 1, sizeof(int64_t)));
+    /* ---- local expert blocks: as many rows as the sources planned for the expert (host) ---- */
+    TRY(moe_step_need_host(s, &tp->xoff, El + 1, sizeof(int64_t)));
+    TRY(moe_step_need(s, &tp->xoff_dev, El + 1, sizeof(int64_t)));
     int64_t *xoff = tp->xoff.p;
     const int64_t *hdr = tp->dbuf[AG_HDR].p;
     int64_t Rx = 0;
-    for (int64_t e = 0; e < El; e++) {
+    for (int64_t x = 0; x < El; x++) {
         int64_t rows = 0;
         for (int64_t i = 0; i < NS; i++) {
-            int64_t r = hdr[i * (1 + E) + 1 + first + e];
+            int64_t r = hdr[i * (1 + E) + 1 + first + x];
             if (r < 0 || r > INT64_MAX - rows) return too_large(L, "an expert's rows");
             rows += r;
         }
-        if (rows < pos[e])
-            return moe_errorf(L->ctx, MOE_ERR_INTERNAL, "all-gather dispatcher: expert %lld has %lld gathered "
-                              "assignments but its sources planned %lld rows", (long long)(first + e),
-                              (long long)pos[e], (long long)rows);
-        xoff[e] = Rx;
+        xoff[x] = Rx;
         if (rows > INT64_MAX - Rx) return too_large(L, "the expert rows");
         Rx += rows;
     }
@@ -291,45 +269,31 @@ static int32_t ag_dispatch_impl(moe_layer *L, moe_step *s, ag_meta *m)
     TRY(moe_step_need(s, &tp->pr, Rx, es));
     TRY(moe_step_need(s, &tp->dbuf[AG_GSLOT], TK_all, sizeof(int64_t)));
     TRY(moe_step_need(s, &tp->dbuf[AG_ROWTOK], Rx, sizeof(int64_t)));
-    int64_t *gslot = tp->dbuf[AG_GSLOT].p, *rowtok = tp->dbuf[AG_ROWTOK].p;
-    unsigned char *pr = tp->pr.p;
-    for (int64_t e = 0; e < El; e++) pos[e] = xoff[e];
-    for (int64_t g = 0; g < T_all; g++) {
-        const unsigned char *r = grec + g * rrec;
-        const int32_t *re = (const int32_t *)(const void *)(r + K * (int64_t)es);
-        for (int64_t k = 0; k < K; k++) {
-            int64_t e = (int64_t)re[k] - first;
-            if (e < 0 || e >= El) {
-                gslot[g * K + k] = -1;
-                continue;
-            }
-            int64_t row = pos[e]++;
-            gslot[g * K + k] = row;
-            rowtok[row] = g;
-            memcpy(pr + (size_t)row * es, r + (size_t)k * es, es);
-        }
-    }
-    for (int64_t e = 0; e < El; e++)
-        for (int64_t row = pos[e]; row < xoff[e + 1]; row++) {
-            rowtok[row] = -1;
-            memset(pr + (size_t)row * es, 0, es);
-        }
+    TRY(moe_copy_to_device(L->ctx, e, tp->xoff_dev.p, xoff, sizeof(int64_t) * (size_t)(El + 1)));
+    /* kept assignments per local expert in gathered-token order, then padding; an expert index out of
+     * range or more assignments than the sources planned rows is a broken peer */
+    int32_t st = L->ops->ag_expert_rows(e, T_all, L->K, L->E, L->expert_first, L->E_local, rrec, tp->dbuf[AG_FULL].p,
+                                        tp->xoff_dev.p, tp->dbuf[AG_GSLOT].p, tp->dbuf[AG_ROWTOK].p, tp->pr.p);
+    if (st == MOE_ERR_INTERNAL)
+        return moe_errorf(L->ctx, st, "all-gather dispatcher: the gathered routing names an expert out of range or "
+                          "gives an expert more assignments than its sources planned rows");
+    if (st) return moe_errorf(L->ctx, st, "op ag_expert_rows of backend %s failed", L->ops->name);
     s->Rx = Rx;
 
     /* ---- x rows ---- */
     int64_t x_all;
     TRY(token_sizes(L, s, m, H * (int64_t)es, &x_all, "the gathered tokens"));
     TRY(moe_step_need(s, &tp->dbuf[AG_FULL], x_all, 1));
-    TRY(gather2(L, s, m, tp->xs.p, tp->dbuf[AG_FULL].p, "all-gather of the tokens"));
-    OP(permute, &ex, Rx, H, tp->dbuf[AG_FULL].p, rowtok, tp->xr.p);
+    TRY(gather2(L, s, e, m, tp->xs.p, tp->dbuf[AG_FULL].p, "all-gather of the tokens", 0));
+    OP(permute, e, Rx, H, tp->dbuf[AG_FULL].p, tp->dbuf[AG_ROWTOK].p, tp->xr.p);
     return MOE_OK;
 }
 
-static int32_t ag_dispatch(moe_layer *L, moe_step *s)
+static int32_t ag_dispatch(moe_layer *L, moe_step *s, const moe_exec *e)
 {
     ag_meta m;
     TRY(get_meta(L, s, &m));
-    int32_t st = ag_dispatch_impl(L, s, &m);
+    int32_t st = ag_dispatch_impl(L, s, e, &m);
     release_transient(L, s);
     return st;
 }
@@ -341,53 +305,52 @@ static int64_t gathered_tokens(const moe_layer *L, const moe_step *s)
     return T_all;
 }
 
-static int32_t ag_combine_impl(moe_layer *L, moe_step *s, ag_meta *m, const void *yrows, void *ys)
+static int32_t ag_combine_impl(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m, const void *yrows,
+                               void *ys)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     const int64_t T_all = gathered_tokens(L, s), H = L->H;
     int64_t n_all;
     TRY(token_sizes(L, s, m, H, &n_all, "the gathered outputs"));
     TRY(moe_step_need(s, &s->tape.dbuf[AG_FULL], n_all, L->ops->elem_size));
     void *yg = s->tape.dbuf[AG_FULL].p;
     /* per gathered token: sum of its local rows in k order; zero when none is here */
-    OP(unpermute, &ex, T_all, L->K, H, yrows, s->tape.dbuf[AG_GSLOT].p, 0, yg);
-    return scatter2(L, s, m, yg, ys, "reduce-scatter of the expert outputs");
+    OP(unpermute, e, T_all, L->K, H, yrows, s->tape.dbuf[AG_GSLOT].p, 0, yg);
+    return scatter2(L, s, e, m, yg, ys, "reduce-scatter of the expert outputs");
 }
 
-static int32_t ag_combine(moe_layer *L, moe_step *s, const void *yrows, void *ys)
+static int32_t ag_combine(moe_layer *L, moe_step *s, const moe_exec *e, const void *yrows, void *ys)
 {
     ag_meta m;
     TRY(get_meta(L, s, &m));
-    int32_t st = ag_combine_impl(L, s, &m, yrows, ys);
+    int32_t st = ag_combine_impl(L, s, e, &m, yrows, ys);
     release_transient(L, s);
     return st;
 }
 
-static int32_t ag_dispatch_grad_impl(moe_layer *L, moe_step *s, ag_meta *m, const void *dys, void *dyrows)
+static int32_t ag_dispatch_grad_impl(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m, const void *dys,
+                                     void *dyrows)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     const int64_t H = L->H;
     int64_t bytes;
     TRY(token_sizes(L, s, m, H * (int64_t)L->ops->elem_size, &bytes, "the gathered output gradients"));
     TRY(moe_step_need(s, &s->tape.dbuf[AG_FULL], bytes, 1));
-    TRY(gather2(L, s, m, dys, s->tape.dbuf[AG_FULL].p, "all-gather of the output gradients"));
-    OP(permute, &ex, s->Rx, H, s->tape.dbuf[AG_FULL].p, s->tape.dbuf[AG_ROWTOK].p, dyrows);
+    TRY(gather2(L, s, e, m, dys, s->tape.dbuf[AG_FULL].p, "all-gather of the output gradients", 0));
+    OP(permute, e, s->Rx, H, s->tape.dbuf[AG_FULL].p, s->tape.dbuf[AG_ROWTOK].p, dyrows);
     return MOE_OK;
 }
 
-static int32_t ag_dispatch_grad(moe_layer *L, moe_step *s, const void *dys, void *dyrows)
+static int32_t ag_dispatch_grad(moe_layer *L, moe_step *s, const moe_exec *e, const void *dys, void *dyrows)
 {
     ag_meta m;
     TRY(get_meta(L, s, &m));
-    int32_t st = ag_dispatch_grad_impl(L, s, &m, dys, dyrows);
+    int32_t st = ag_dispatch_grad_impl(L, s, e, &m, dys, dyrows);
     release_transient(L, s);
     return st;
 }
 
-static int32_t ag_combine_grad_impl(moe_layer *L, moe_step *s, ag_meta *m, const void *dxrows, const void *dprows,
-                                    void *dxs, void *dprobs)
+static int32_t ag_combine_grad_impl(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m, const void *dxrows,
+                                    const void *dprows, void *dxs, void *dprobs)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     const int64_t T_all = gathered_tokens(L, s), H = L->H, K = L->K;
     const size_t es = L->ops->elem_size;
     const int64_t *gslot = s->tape.dbuf[AG_GSLOT].p;
@@ -397,38 +360,30 @@ static int32_t ag_combine_grad_impl(moe_layer *L, moe_step *s, ag_meta *m, const
     TRY(token_sizes(L, s, m, H, &n_x, "the gathered input gradients"));
     TRY(moe_step_need(s, &s->tape.dbuf[AG_FULL], n_x, es));
     void *dxg = s->tape.dbuf[AG_FULL].p, *dpg = s->tape.dbuf[AG_AUX].p;
-    OP(unpermute, &ex, T_all, L->K, H, dxrows, gslot, 0, dxg);
-    if (L->ops->dtype == MOE_DTYPE_FP64) {
-        const double *dr = dprows;
-        double *dp = dpg;
-        for (int64_t i = 0; i < n_p; i++) dp[i] = gslot[i] >= 0 ? dr[gslot[i]] : 0.0;
-    } else {
-        const float *dr = dprows;
-        float *dp = dpg;
-        for (int64_t i = 0; i < n_p; i++) dp[i] = gslot[i] >= 0 ? dr[gslot[i]] : 0.0f;
-    }
-    TRY(scatter2(L, s, m, dxg, dxs, "reduce-scatter of the input gradients")); /* m->src: H per token */
+    OP(unpermute, e, T_all, L->K, H, dxrows, gslot, 0, dxg);
+    OP(gather_slots, e, n_p, gslot, dprows, dpg);
+    TRY(scatter2(L, s, e, m, dxg, dxs, "reduce-scatter of the input gradients")); /* m->src: H per token */
     TRY(token_sizes(L, s, m, K, &n_p, "the gathered probability gradients"));
-    return scatter2(L, s, m, dpg, dprobs, "reduce-scatter of the probability gradients");
+    return scatter2(L, s, e, m, dpg, dprobs, "reduce-scatter of the probability gradients");
 }
 
-static int32_t ag_combine_grad(moe_layer *L, moe_step *s, const void *dxrows, const void *dprows, void *dxs,
-                               void *dprobs)
+static int32_t ag_combine_grad(moe_layer *L, moe_step *s, const moe_exec *e, const void *dxrows, const void *dprows,
+                               void *dxs, void *dprobs)
 {
     ag_meta m;
     TRY(get_meta(L, s, &m));
-    int32_t st = ag_combine_grad_impl(L, s, &m, dxrows, dprows, dxs, dprobs);
+    int32_t st = ag_combine_grad_impl(L, s, e, &m, dxrows, dprows, dxs, dprobs);
     release_transient(L, s);
     return st;
 }
 
-static int32_t ag_expert_input(moe_layer *L, moe_step *s, const void **x)
+static int32_t ag_expert_input(moe_layer *L, moe_step *s, const moe_exec *e, const void **x)
 {
-    (void)L;
+    (void)L, (void)e;
     *x = s->tape.xr.p;
     return MOE_OK;
 }
 
 const moe_dispatcher_ops moe_dispatch_all_gather = {
-    "all-gather", ag_dispatch, ag_combine, ag_dispatch_grad, ag_combine_grad, ag_expert_input,
+    "all-gather", NULL, ag_dispatch, ag_combine, ag_dispatch_grad, ag_combine_grad, ag_expert_input,
 };

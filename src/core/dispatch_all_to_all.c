@@ -21,9 +21,10 @@
  *   dispatch_grad: EP all-to-all, [ETP all-gather]
  *   combine(_grad): [ETP reduce-scatter], EP all-to-all
  *
- * Tape (dbuf): [0] counts and collective scratch (int64), [1] perm_a [N], [2] perm_b [Rx] (Q > 1),
- * [3..6] staging, released at the end of each call. Rows move with host memcpy (CPU backend), split
- * over the context's threads (moe_rows_*: rows are disjoint, so the split never changes a value).
+ * Tape (dbuf): [0] counts and collective scratch (int64, HOST memory: the host plans the exchanges
+ * from the copied plan offsets and the received counts), [1] perm_a [N], [2] perm_b [Rx] (Q > 1),
+ * device copies of maps the host builds in [7], [3..6] staging, released at the end of each call.
+ * Rows move with the backend's row ops (rows_*).
  * A row's two parts (x | p, dx | dp) are joined or split inside the permutation pass that moves it,
  * not in passes of their own. With Q = 1 and P > 1 this rank's own block (its rows for its own
  * experts) bypasses the EP all-to-all: it is read from, or written to, the plan-order rows directly
@@ -33,13 +34,11 @@
  * (moe_dispatcher_chunked: dispatch_chunks.c, experts_chunked.c); it keeps the same expert-row order,
  * so expert_input serves both.
  */
-#include <string.h>
-
 #include "comm/comm.h"
 #include "core/dispatch_chunks.h"
 #include "core/dispatcher.h"
 
-enum { META = 0, PERM_A = 1, PERM_B = 2, STAGE1 = 3, STAGE2 = 4, STAGE3 = 5, STAGE4 = 6 };
+enum { META = 0, PERM_A = 1, PERM_B = 2, STAGE1 = 3, STAGE2 = 4, STAGE3 = 5, STAGE4 = 6, HOST_MAP = 7 };
 
 /* Views into dbuf[META]. */
 typedef struct a2a_view {
@@ -118,8 +117,6 @@ static void release_staging(moe_layer *L, moe_step *s)
     for (int i = STAGE1; i <= STAGE4; i++) moe_buf_release(L->ctx, &s->tape.dbuf[i]);
 }
 
-static int32_t threads_of(const moe_layer *L) { return moe_context_exec(L->ctx, NULL).num_threads; }
-
 /* Byte counts and offsets of n consecutive blocks of rows[p] rows of rb bytes. */
 static int32_t blocks(moe_layer *L, int32_t n, const int64_t *rows, int64_t rb, int64_t *bytes, int64_t *offs)
 {
@@ -137,14 +134,14 @@ static int32_t blocks(moe_layer *L, int32_t n, const int64_t *rows, int64_t rb, 
 
 /* EP all-to-all of rows: srows[q] rows of rb bytes to peer q, rrows[p] from peer p. With skip_self the
  * block to itself is left out (zero bytes; the others keep their offsets): the caller moves it. */
-static int32_t ep_exchange(moe_layer *L, a2a_view *v, const void *send, const int64_t *srows, void *recv,
-                           const int64_t *rrows, int64_t rb, int skip_self)
+static int32_t ep_exchange(moe_layer *L, const moe_exec *e, a2a_view *v, const void *send, const int64_t *srows,
+                           void *recv, const int64_t *rrows, int64_t rb, int skip_self)
 {
     TRY(blocks(L, v->P, srows, rb, v->sb, v->so));
     TRY(blocks(L, v->P, rrows, rb, v->rb, v->ro));
     if (skip_self) v->sb[L->ep_rank] = v->rb[L->ep_rank] = 0;
     moe_comm *c = L->ep_comm;
-    return c->ops->all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro);
+    return c->ops->all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro, e);
 }
 
 /* Adds a received count to a running total; rejects negative counts and overflow. */
@@ -158,14 +155,14 @@ static int32_t add_count(moe_layer *L, int64_t c, int64_t *sum, const char *what
 }
 
 /* Dispatch, part 1: the counts, N, Rx, xoff and the permutations (the collectives on counts). */
-static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
+static int32_t setup(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *v)
 {
     moe_step_tape *tp = &s->tape;
-    TRY(moe_step_need(s, &tp->dbuf[META], meta_len(L), sizeof(int64_t)));
+    TRY(moe_step_need_host(s, &tp->dbuf[META], meta_len(L), sizeof(int64_t)));
     view_of(L, s, v);
     const int32_t P = v->P, Q = v->Q, El = v->El;
-    const int64_t *off = tp->offsets.p;
-    for (int32_t e = 0; e < L->E; e++) v->cnt[e] = off[e + 1] - off[e];
+    const int64_t *off = moe_step_host_offsets(s);
+    for (int32_t x = 0; x < L->E; x++) v->cnt[x] = off[x + 1] - off[x];
     for (int32_t q = 0; q < P; q++) v->sc[q] = off[(int64_t)(q + 1) * El] - off[(int64_t)q * El];
 
     /* per-expert counts: peer q gets the counts of its E_local experts */
@@ -175,9 +172,9 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
             v->so[p] = v->ro[p] = (int64_t)p * El * (int64_t)sizeof(int64_t);
         }
         moe_comm *c = L->ep_comm;
-        TRY(c->ops->all_to_all_v(c, v->cnt, v->sb, v->so, v->rc, v->rb, v->ro));
+        TRY(c->ops->all_to_all_v(c, v->cnt, v->sb, v->so, v->rc, v->rb, v->ro, e));
     } else {
-        memcpy(v->rc, v->cnt, sizeof(int64_t) * (size_t)El);
+        for (int32_t j = 0; j < El; j++) v->rc[j] = v->cnt[j]; /* host counts */
     }
     int64_t N = 0;
     for (int32_t p = 0; p < P; p++) {
@@ -190,7 +187,8 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
 
     /* perm_a: ep-group [j][p] <- ep-recv [p][j]; so[p] walks source p's block */
     TRY(moe_step_need(s, &tp->dbuf[PERM_A], N, sizeof(int64_t)));
-    int64_t *pa = tp->dbuf[PERM_A].p;
+    TRY(moe_step_need_host(s, &tp->dbuf[HOST_MAP], N, sizeof(int64_t)));
+    int64_t *pa = tp->dbuf[HOST_MAP].p;
     {
         int64_t start = 0;
         for (int32_t p = 0; p < P; p++) {
@@ -204,22 +202,23 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
                 for (int64_t k = 0; k < c; k++) pa[i++] = v->so[p] + k;
                 v->so[p] += c;
             }
+        TRY(moe_copy_to_device(L->ctx, e, tp->dbuf[PERM_A].p, pa, sizeof(int64_t) * (size_t)N));
     }
 
     /* ETP: every rank's counts (with its expert range, which must agree across the group) */
-    TRY(moe_step_need(s, &tp->xoff, El + 1, sizeof(int64_t)));
+    TRY(moe_step_need_host(s, &tp->xoff, El + 1, sizeof(int64_t)));
     int64_t *xoff = tp->xoff.p;
     const int64_t gl = v->gl;
     if (Q > 1) {
         v->mine[0] = L->expert_first;
         v->mine[1] = P;
-        memcpy(v->mine + 2, v->rc, sizeof(int64_t) * (size_t)P * (size_t)El);
+        for (int64_t k = 0; k < (int64_t)P * El; k++) v->mine[2 + k] = v->rc[k];
         for (int32_t q = 0; q < Q; q++) {
             v->rb[q] = gl * (int64_t)sizeof(int64_t);
             v->ro[q] = (int64_t)q * gl * (int64_t)sizeof(int64_t);
         }
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->all_gather_v(c, v->mine, gl * (int64_t)sizeof(int64_t), v->gc, v->rb, v->ro));
+        TRY(c->ops->all_gather_v(c, v->mine, gl * (int64_t)sizeof(int64_t), v->gc, v->rb, v->ro, e));
         int64_t Rx = 0;
         for (int32_t q = 0; q < Q; q++) {
             const int64_t *g = v->gc + (int64_t)q * gl;
@@ -236,7 +235,8 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
         s->Rx = Rx;
         /* perm_b: expert [j][q][p] <- etp-recv [q][j][p]; within q's block expert j's rows are one run */
         TRY(moe_step_need(s, &tp->dbuf[PERM_B], Rx, sizeof(int64_t)));
-        int64_t *pb = tp->dbuf[PERM_B].p;
+        TRY(moe_step_need_host(s, &tp->dbuf[HOST_MAP], Rx, sizeof(int64_t)));
+        int64_t *pb = tp->dbuf[HOST_MAP].p;
         int64_t start = 0;
         for (int32_t q = 0; q < Q; q++) {
             v->so[q] = start;
@@ -254,6 +254,7 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
             }
             xoff[j + 1] = i;
         }
+        TRY(moe_copy_to_device(L->ctx, e, tp->dbuf[PERM_B].p, pb, sizeof(int64_t) * (size_t)Rx));
     } else {
         v->nq[0] = N;
         s->Rx = N;
@@ -267,61 +268,26 @@ static int32_t setup(moe_layer *L, moe_step *s, a2a_view *v)
     return MOE_OK;
 }
 
-/* This rank's own block: ep-recv rows [rs, rs + rn) are plan rows from ss on. */
-typedef struct self_block {
-    int64_t rs, rn, ss;
-} self_block;
-
-static self_block self_of(const moe_layer *L, const a2a_view *v)
+/* This rank's own block: ep-recv rows [rs, rs + rn) are plan rows from ss on (a row alias of the
+ * ep-recv buffer onto the plan rows, rows of rb bytes). */
+static moe_row_alias self_of(const moe_layer *L, const a2a_view *v, const void *plan, size_t rb)
 {
-    self_block b = {0, v->rr[L->ep_rank], 0};
+    int64_t rs = 0, ss = 0;
     for (int32_t p = 0; p < L->ep_rank; p++) {
-        b.rs += v->rr[p];
-        b.ss += v->sc[p];
+        rs += v->rr[p];
+        ss += v->sc[p];
     }
-    return b;
-}
-
-/* Address of ep-recv row e: from the exchange's output, or for the own block from the plan rows. */
-static inline const char *epr_row(const self_block *sb, const char *epr, const char *plan, int64_t e, size_t rb)
-{
-    return e - sb->rs >= 0 && e - sb->rs < sb->rn ? plan + (size_t)(sb->ss + e - sb->rs) * rb : epr + (size_t)e * rb;
-}
-
-/* Split rows (Q = 1): a row i <- first ab bytes of ep-recv row map[i], b row i <- the next bb (b NULL: none). */
-static void gather_split_self(int32_t nt, char *a, size_t ab, char *b, size_t bb, const self_block *sb, const char *epr,
-                              const char *plan, const int64_t *map, int64_t n)
-{
-    const size_t rb = ab + (b ? bb : 0);
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) {
-        const char *r = epr_row(sb, epr, plan, map[i], rb);
-        memcpy(a + (size_t)i * ab, r, ab);
-        if (b) memcpy(b + (size_t)i * bb, r + ab, bb);
-    }
-}
-
-/* Joined rows (Q = 1): ep-recv row map[i] <- [a row i | b row i] (b NULL: a only). */
-static void scatter_pair_self(int32_t nt, char *epr, char *plan, const char *a, size_t ab, const char *b, size_t bb,
-                              const self_block *sb, const int64_t *map, int64_t n)
-{
-    const size_t rb = ab + (b ? bb : 0);
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) {
-        char *r = (char *)epr_row(sb, epr, plan, map[i], rb);
-        memcpy(r, a + (size_t)i * ab, ab);
-        if (b) memcpy(r + ab, b + (size_t)i * bb, bb);
-    }
+    moe_row_alias a = {rs, v->rr[L->ep_rank], (char *)plan + (size_t)ss * rb};
+    return a;
 }
 
 /* Forward path: in [R,W] (plan order) -> expert order, split into out_a [Rx,Wa] and out_b [Rx,W-Wa]
  * (out_b NULL when Wa = W). */
-static int32_t fwd_path(moe_layer *L, moe_step *s, a2a_view *v, const void *in, int64_t W, void *out_a, int64_t Wa,
-                        void *out_b)
+static int32_t fwd_path(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *v, const void *in, int64_t W,
+                        void *out_a, int64_t Wa, void *out_b)
 {
     moe_step_tape *tp = &s->tape;
     const int64_t N = *v->N, Rx = s->Rx;
-    const int32_t nt = threads_of(L);
     int64_t rb;
     TRY(mul_bytes(L, W, (int64_t)L->ops->elem_size, &rb));
     const size_t ab = (size_t)Wa * L->ops->elem_size, bb = (size_t)rb - ab;
@@ -330,35 +296,34 @@ static int32_t fwd_path(moe_layer *L, moe_step *s, a2a_view *v, const void *in, 
     const int own = v->Q == 1 && v->P > 1; /* the own block bypasses the exchange */
     const void *epr = in; /* ep-recv order */
     if (v->P > 1) {
-        TRY(ep_exchange(L, v, in, v->sc, tp->dbuf[STAGE1].p, v->rr, rb, own));
+        TRY(ep_exchange(L, e, v, in, v->sc, tp->dbuf[STAGE1].p, v->rr, rb, own));
         epr = tp->dbuf[STAGE1].p;
     }
     if (own) { /* ep-group order is the expert order */
-        self_block sb = self_of(L, v);
-        gather_split_self(nt, out_a, ab, out_b, bb, &sb, epr, in, tp->dbuf[PERM_A].p, N);
+        moe_row_alias al = self_of(L, v, in, (size_t)rb);
+        OP(rows_gather_split, e, N, tp->dbuf[PERM_A].p, epr, &al, out_a, ab, out_b, bb);
         return MOE_OK;
     }
     if (v->Q == 1) {
-        moe_rows_gather_split(nt, out_a, ab, out_b, bb, epr, tp->dbuf[PERM_A].p, N);
+        OP(rows_gather_split, e, N, tp->dbuf[PERM_A].p, epr, NULL, out_a, ab, out_b, bb);
         return MOE_OK;
     }
     void *grp = tp->dbuf[STAGE2].p;
-    moe_rows_gather(nt, grp, epr, tp->dbuf[PERM_A].p, N, (size_t)rb);
+    OP(rows_gather_split, e, N, tp->dbuf[PERM_A].p, epr, NULL, grp, (size_t)rb, NULL, 0);
     TRY(blocks(L, v->Q, v->nq, rb, v->rb, v->ro));
     moe_comm *c = L->etp_comm;
-    TRY(c->ops->all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro));
-    moe_rows_gather_split(nt, out_a, ab, out_b, bb, tp->dbuf[STAGE1].p, tp->dbuf[PERM_B].p, Rx);
+    TRY(c->ops->all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro, e));
+    OP(rows_gather_split, e, Rx, tp->dbuf[PERM_B].p, tp->dbuf[STAGE1].p, NULL, out_a, ab, out_b, bb);
     return MOE_OK;
 }
 
 /* Reverse path: rows [a | b] (expert order, a [Rx,Wa], b [Rx,Wb] or NULL, partial over ETP) ->
  * out [R,Wa+Wb] (plan order, summed over ETP). */
-static int32_t rev_path(moe_layer *L, moe_step *s, a2a_view *v, const void *a, int64_t Wa, const void *b, int64_t Wb,
-                        void *out)
+static int32_t rev_path(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *v, const void *a, int64_t Wa,
+                        const void *b, int64_t Wb, void *out)
 {
     moe_step_tape *tp = &s->tape;
     const int64_t N = *v->N, Rx = s->Rx, W = Wa + (b ? Wb : 0);
-    const int32_t nt = threads_of(L);
     int64_t rb;
     TRY(mul_bytes(L, W, (int64_t)L->ops->elem_size, &rb));
     const size_t ab = (size_t)Wa * L->ops->elem_size, bb = (size_t)rb - ab;
@@ -368,80 +333,64 @@ static int32_t rev_path(moe_layer *L, moe_step *s, a2a_view *v, const void *a, i
     void *epr = v->P > 1 ? tp->dbuf[STAGE1].p : out;
     const int own = v->Q == 1 && v->P > 1; /* the own block goes straight to out, not through the exchange */
     if (own) {
-        self_block sb = self_of(L, v);
-        scatter_pair_self(nt, epr, out, a, ab, b, bb, &sb, tp->dbuf[PERM_A].p, N);
+        moe_row_alias al = self_of(L, v, out, (size_t)rb);
+        OP(rows_scatter_join, e, N, tp->dbuf[PERM_A].p, epr, &al, a, ab, b, bb);
     } else if (v->Q == 1) {
-        moe_rows_scatter_pair(nt, epr, a, ab, b, bb, tp->dbuf[PERM_A].p, N);
+        OP(rows_scatter_join, e, N, tp->dbuf[PERM_A].p, epr, NULL, a, ab, b, bb);
     } else {
-        moe_rows_scatter_pair(nt, tp->dbuf[STAGE1].p, a, ab, b, bb, tp->dbuf[PERM_B].p, Rx);
+        OP(rows_scatter_join, e, Rx, tp->dbuf[PERM_B].p, tp->dbuf[STAGE1].p, NULL, a, ab, b, bb);
         for (int32_t q = 0; q < v->Q; q++) TRY(mul_bytes(L, v->nq[q], W, &v->rb[q])); /* elements */
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->reduce_scatter(c, tp->dbuf[STAGE1].p, tp->dbuf[STAGE2].p, v->rb, L->ops->dtype));
-        moe_rows_scatter(nt, epr, tp->dbuf[STAGE2].p, tp->dbuf[PERM_A].p, N, (size_t)rb);
+        TRY(c->ops->reduce_scatter(c, tp->dbuf[STAGE1].p, tp->dbuf[STAGE2].p, v->rb, L->ops->dtype, e));
+        OP(rows_scatter_join, e, N, tp->dbuf[PERM_A].p, epr, NULL, tp->dbuf[STAGE2].p, (size_t)rb, NULL, 0);
     }
-    if (v->P > 1) TRY(ep_exchange(L, v, epr, v->rr, out, v->sc, rb, own));
+    if (v->P > 1) TRY(ep_exchange(L, e, v, epr, v->rr, out, v->sc, rb, own));
     return MOE_OK;
 }
 
-static int32_t a2a_dispatch(moe_layer *L, moe_step *s)
+static int32_t a2a_dispatch(moe_layer *L, moe_step *s, const moe_exec *e)
 {
     moe_step_tape *tp = &s->tape;
     const size_t es = L->ops->elem_size;
     const int64_t H = L->H, R = s->R, W = H + 1;
     a2a_view v;
-    TRY(setup(L, s, &v));
+    TRY(setup(L, s, e, &v));
     const int64_t Rx = s->Rx;
-    int64_t rb;
-    TRY(mul_bytes(L, W, (int64_t)es, &rb));
     TRY(need_rows(L, s, &tp->dbuf[STAGE3], R, W));
     TRY(need_rows(L, s, &tp->xr, Rx, H));
     TRY(need_rows(L, s, &tp->pr, Rx, 1));
     /* packed plan rows [x | p]; padding rows are zero with p = 0 */
-    const int64_t *row_token = tp->row_token.p;
-    const char *xs = tp->xs.p, *rp = tp->row_prob.p;
-    char *pk = tp->dbuf[STAGE3].p;
-    const size_t hb = (size_t)H * es;
-    const int32_t nt = threads_of(L);
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, R, (size_t)rb))
-    for (int64_t r = 0; r < R; r++) {
-        char *d = pk + (size_t)r * (size_t)rb;
-        if (row_token[r] >= 0) memcpy(d, xs + (size_t)row_token[r] * hb, hb);
-        else memset(d, 0, hb);
-        memcpy(d + hb, rp + (size_t)r * es, es);
-    }
-    TRY(fwd_path(L, s, &v, pk, W, tp->xr.p, H, tp->pr.p));
+    OP(rows_pack, e, 0, R, tp->row_token.p, tp->xs.p, (size_t)H * es, tp->row_prob.p, es, tp->dbuf[STAGE3].p);
+    TRY(fwd_path(L, s, e, &v, tp->dbuf[STAGE3].p, W, tp->xr.p, H, tp->pr.p));
     release_staging(L, s);
     return MOE_OK;
 }
 
-static int32_t a2a_combine(moe_layer *L, moe_step *s, const void *yrows, void *ys)
+static int32_t a2a_combine(moe_layer *L, moe_step *s, const moe_exec *e, const void *yrows, void *ys)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     a2a_view v;
     view_of(L, s, &v);
     TRY(need_rows(L, s, &s->tape.dbuf[STAGE3], s->R, L->H));
-    TRY(rev_path(L, s, &v, yrows, L->H, NULL, 0, s->tape.dbuf[STAGE3].p));
-    OP(unpermute, &ex, s->T, L->K, L->H, s->tape.dbuf[STAGE3].p, s->tape.slot_row.p, 0, ys);
+    TRY(rev_path(L, s, e, &v, yrows, L->H, NULL, 0, s->tape.dbuf[STAGE3].p));
+    OP(unpermute, e, s->T, L->K, L->H, s->tape.dbuf[STAGE3].p, s->tape.slot_row.p, 0, ys);
     release_staging(L, s);
     return MOE_OK;
 }
 
-static int32_t a2a_dispatch_grad(moe_layer *L, moe_step *s, const void *dys, void *dyrows)
+static int32_t a2a_dispatch_grad(moe_layer *L, moe_step *s, const moe_exec *e, const void *dys, void *dyrows)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     a2a_view v;
     view_of(L, s, &v);
     TRY(need_rows(L, s, &s->tape.dbuf[STAGE3], s->R, L->H));
-    OP(permute, &ex, s->R, L->H, dys, s->tape.row_token.p, s->tape.dbuf[STAGE3].p);
-    TRY(fwd_path(L, s, &v, s->tape.dbuf[STAGE3].p, L->H, dyrows, L->H, NULL));
+    OP(permute, e, s->R, L->H, dys, s->tape.row_token.p, s->tape.dbuf[STAGE3].p);
+    TRY(fwd_path(L, s, e, &v, s->tape.dbuf[STAGE3].p, L->H, dyrows, L->H, NULL));
     release_staging(L, s);
     return MOE_OK;
 }
 
-static int32_t a2a_combine_grad(moe_layer *L, moe_step *s, const void *dxrows, const void *dprows, void *dxs,
-                                void *dprobs)
+static int32_t a2a_combine_grad(moe_layer *L, moe_step *s, const moe_exec *e, const void *dxrows, const void *dprows,
+                                void *dxs, void *dprobs)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     moe_step_tape *tp = &s->tape;
     const size_t es = L->ops->elem_size;
     const int64_t H = L->H, R = s->R;
@@ -450,24 +399,24 @@ static int32_t a2a_combine_grad(moe_layer *L, moe_step *s, const void *dxrows, c
     /* STAGE4: [dx | dp] back in plan order; STAGE3: its dx [R,H] and dp [R] */
     TRY(need_rows(L, s, &tp->dbuf[STAGE3], R, H + 1));
     TRY(need_rows(L, s, &tp->dbuf[STAGE4], R, H + 1));
-    TRY(rev_path(L, s, &v, dxrows, H, dprows, 1, tp->dbuf[STAGE4].p));
+    TRY(rev_path(L, s, e, &v, dxrows, H, dprows, 1, tp->dbuf[STAGE4].p));
     char *dxp = tp->dbuf[STAGE3].p, *dpp = dxp + (size_t)(R * H) * es;
-    moe_rows_gather_split(threads_of(L), dxp, (size_t)H * es, dpp, es, tp->dbuf[STAGE4].p, NULL, R);
-    OP(unpermute, &ex, s->T, L->K, H, dxp, tp->slot_row.p, 0, dxs);
-    TRY(moe_gather_dprobs(L, s, dpp, dprobs));
+    OP(rows_gather_split, e, R, NULL, tp->dbuf[STAGE4].p, NULL, dxp, (size_t)H * es, dpp, es);
+    OP(unpermute, e, s->T, L->K, H, dxp, tp->slot_row.p, 0, dxs);
+    TRY(moe_gather_dprobs(L, s, e, dpp, dprobs));
     release_staging(L, s);
     return MOE_OK;
 }
 
-static int32_t a2a_expert_input(moe_layer *L, moe_step *s, const void **x)
+static int32_t a2a_expert_input(moe_layer *L, moe_step *s, const moe_exec *e, const void **x)
 {
-    (void)L;
+    (void)L, (void)e;
     *x = s->tape.xr.p;
     return MOE_OK;
 }
 
 const moe_dispatcher_ops moe_dispatch_all_to_all = {
-    "all-to-all", a2a_dispatch, a2a_combine, a2a_dispatch_grad, a2a_combine_grad, a2a_expert_input,
+    "all-to-all", NULL, a2a_dispatch, a2a_combine, a2a_dispatch_grad, a2a_combine_grad, a2a_expert_input,
 };
 
 /* num_chunks > 1: dispatch_chunks.c (exchanges), experts_chunked.c (pipelines) */

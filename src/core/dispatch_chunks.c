@@ -7,17 +7,17 @@
  * The pipelines issue them in a fixed order (experts_chunked.c), so ranks agree without timing
  * entering the result: every row lands in a position fixed by the counts alone.
  *
- * Tape (dbuf): [0] counts and bounds (int64), [1] em (kept for backward), [2] send rows and [5] the
+ * Tape (dbuf): [0] counts and bounds (int64, HOST memory: the host plans the chunks from the copied
+ * plan offsets and the exchanged counts), [1] em (device copy, kept for backward; built on the host in
+ * [7]), [2] send rows and [5] the
  * returned rows, both [R, W] in plan order (a chunk only touches its own plan ranges), [3] recv and
  * [4] gath staging, chunk c at its own slice (rows of at most wmax reals) so that exchanges in flight
  * never share memory; a slice is reused by its chunk's reverse rows only after its forward rows were
  * placed.
  */
-#include <string.h>
-
 #include "core/dispatch_chunks.h"
 
-enum { CK_META = 0, CK_EM = 1, CK_SEND = 2, CK_RECV = 3, CK_GATH = 4, CK_RET = 5 };
+enum { CK_META = 0, CK_EM = 1, CK_SEND = 2, CK_RECV = 3, CK_GATH = 4, CK_RET = 5, CK_EM_HOST = 7 };
 
 /* Mutable views into dbuf[CK_META]. */
 typedef struct ck_meta {
@@ -113,11 +113,11 @@ static int64_t group_rows(const ck_meta *m, int64_t El, int64_t c, int64_t q, in
 }
 
 /* The count exchanges (the unchunked dispatcher's): gc[q] = every ETP rank's received counts. */
-static int32_t exchange_counts(moe_layer *L, moe_step *s, ck_meta *m)
+static int32_t exchange_counts(moe_layer *L, moe_step *s, const moe_exec *e, ck_meta *m)
 {
     const int64_t P = L->ep_size, Q = L->etp_size, El = L->E_local, gl = m->gl;
-    const int64_t *off = s->tape.offsets.p;
-    for (int64_t e = 0; e < L->E; e++) m->cnt[e] = off[e + 1] - off[e];
+    const int64_t *off = moe_step_host_offsets(s);
+    for (int64_t x = 0; x < L->E; x++) m->cnt[x] = off[x + 1] - off[x];
     m->mine[0] = L->expert_first;
     m->mine[1] = P;
     if (P > 1) {
@@ -127,9 +127,9 @@ static int32_t exchange_counts(moe_layer *L, moe_step *s, ck_meta *m)
             m->so[p] = m->ro[p] = p * blk;
         }
         moe_comm *c = L->ep_comm;
-        TRY(c->ops->all_to_all_v(c, m->cnt, m->sb, m->so, m->mine + 2, m->rb, m->ro));
+        TRY(c->ops->all_to_all_v(c, m->cnt, m->sb, m->so, m->mine + 2, m->rb, m->ro, e));
     } else {
-        memcpy(m->mine + 2, m->cnt, sizeof(int64_t) * (size_t)El);
+        for (int64_t j = 0; j < El; j++) m->mine[2 + j] = m->cnt[j]; /* host counts */
     }
     if (Q > 1) {
         for (int64_t q = 0; q < Q; q++) {
@@ -137,7 +137,7 @@ static int32_t exchange_counts(moe_layer *L, moe_step *s, ck_meta *m)
             m->ro[q] = q * m->rb[q];
         }
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->all_gather_v(c, m->mine, gl * (int64_t)sizeof(int64_t), m->gc, m->rb, m->ro));
+        TRY(c->ops->all_gather_v(c, m->mine, gl * (int64_t)sizeof(int64_t), m->gc, m->rb, m->ro, e));
         for (int64_t q = 0; q < Q; q++) {
             const int64_t *g = m->gc + q * gl;
             if (g[0] != L->expert_first || g[1] != P)
@@ -147,7 +147,7 @@ static int32_t exchange_counts(moe_layer *L, moe_step *s, ck_meta *m)
                                   L->expert_first, L->ep_size);
         }
     } else {
-        memcpy(m->gc, m->mine, sizeof(int64_t) * (size_t)gl);
+        for (int64_t k = 0; k < gl; k++) m->gc[k] = m->mine[k];
     }
     return MOE_OK;
 }
@@ -182,11 +182,12 @@ static int32_t plan_rows(moe_layer *L, moe_step *s, ck_meta *m)
     return MOE_OK;
 }
 
-/* em: chunk c's gath rows [q][p][j in group] -> their expert rows. */
-static void build_map(const moe_layer *L, moe_step *s, const ck_meta *m)
+/* em: chunk c's gath rows [q][p][j in group] -> their expert rows (built on the host, then copied). */
+static int32_t build_map(moe_layer *L, moe_step *s, const moe_exec *e, const ck_meta *m)
 {
     const int64_t C = moe_chunks_count(L), P = L->ep_size, Q = L->etp_size, El = L->E_local;
-    int64_t *em = s->tape.dbuf[CK_EM].p, i = 0;
+    TRY(moe_step_need_host(s, &s->tape.dbuf[CK_EM_HOST], m->hdr[2], sizeof(int64_t)));
+    int64_t *em = s->tape.dbuf[CK_EM_HOST].p, i = 0;
     for (int64_t c = 0; c < C; c++)
         for (int64_t q = 0; q < Q; q++)
             for (int64_t p = 0; p < P; p++)
@@ -194,20 +195,21 @@ static void build_map(const moe_layer *L, moe_step *s, const ck_meta *m)
                     const int64_t b = m->base[(j * Q + q) * P + p], n = gcount(m, El, q, p, j);
                     for (int64_t k = 0; k < n; k++) em[i++] = b + k;
                 }
+    return moe_copy_to_device(L->ctx, e, s->tape.dbuf[CK_EM].p, em, sizeof(int64_t) * (size_t)m->hdr[2]);
 }
 
-int32_t moe_chunks_setup(moe_layer *L, moe_step *s, moe_chunks *ck)
+int32_t moe_chunks_setup(moe_layer *L, moe_step *s, const moe_exec *e, moe_chunks *ck)
 {
     moe_step_tape *tp = &s->tape;
-    TRY(moe_step_need(s, &tp->dbuf[CK_META], meta_len(L), sizeof(int64_t)));
-    TRY(moe_step_need(s, &tp->xoff, (int64_t)L->E_local + 1, sizeof(int64_t)));
+    TRY(moe_step_need_host(s, &tp->dbuf[CK_META], meta_len(L), sizeof(int64_t)));
+    TRY(moe_step_need_host(s, &tp->xoff, (int64_t)L->E_local + 1, sizeof(int64_t)));
     ck_meta m;
     meta_of(L, s, &m);
     m.hdr[0] = s->R;
-    TRY(exchange_counts(L, s, &m));
+    TRY(exchange_counts(L, s, e, &m));
     TRY(plan_rows(L, s, &m));
     TRY(moe_step_need(s, &tp->dbuf[CK_EM], m.hdr[2], sizeof(int64_t)));
-    build_map(L, s, &m);
+    TRY(build_map(L, s, e, &m));
     moe_chunks_view(L, s, ck);
     return MOE_OK;
 }
@@ -241,92 +243,25 @@ void moe_chunks_release(moe_layer *L, moe_step *s)
 {
     for (int i = CK_SEND; i <= CK_RET; i++) moe_buf_release(L->ctx, &s->tape.dbuf[i]);
 }
-/* Below this many bytes a copy stays on the calling thread (overridable at build time, so that a
- * test build can run the parallel copies on tiny layers). */
-#ifndef MOE_ROWS_PAR_MIN_BYTES
-#define MOE_ROWS_PAR_MIN_BYTES ((size_t)1 << 18)
-#endif
-
-int moe_rows_parallel(int32_t nt, int64_t n, size_t rb) { return nt > 1 && (size_t)n * rb >= MOE_ROWS_PAR_MIN_BYTES; }
-
-void moe_rows_gather(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
-{
-    char *d = dst;
-    const char *sp = src;
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)i * rb, sp + (size_t)map[i] * rb, rb);
-}
-
-void moe_rows_scatter(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb)
-{
-    char *d = dst;
-    const char *sp = src;
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) memcpy(d + (size_t)map[i] * rb, sp + (size_t)i * rb, rb);
-}
-
-void moe_rows_gather_split(int32_t nt, void *a, size_t ab, void *b, size_t bb, const void *src, const int64_t *map,
-                           int64_t n)
-{
-    char *da = a, *db = b;
-    const char *sp = src;
-    const size_t sb = ab + (b ? bb : 0);
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, sb))
-    for (int64_t i = 0; i < n; i++) {
-        const char *r = sp + (size_t)(map ? map[i] : i) * sb;
-        memcpy(da + (size_t)i * ab, r, ab);
-        if (db) memcpy(db + (size_t)i * bb, r + ab, bb);
-    }
-}
-
-void moe_rows_scatter_pair(int32_t nt, void *dst, const void *a, size_t ab, const void *b, size_t bb,
-                           const int64_t *map, int64_t n)
-{
-    char *d = dst;
-    const char *sa = a, *sb = b;
-    const size_t rb = ab + (b ? bb : 0);
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) {
-        char *r = d + (size_t)(map ? map[i] : i) * rb;
-        memcpy(r, sa + (size_t)i * ab, ab);
-        if (sb) memcpy(r + ab, sb + (size_t)i * bb, bb);
-    }
-}
-
 /* Plan rows [*r0, *r1) of this rank for EP peer q's experts of group c (one range: the plan is expert-major). */
 static void peer_range(const moe_layer *L, moe_step *s, const ck_meta *m, int64_t c, int64_t q, int64_t *r0, int64_t *r1)
 {
-    const int64_t *off = s->tape.offsets.p, El = L->E_local;
+    const int64_t *off = moe_step_host_offsets(s), El = L->E_local;
     *r0 = off[q * El + m->g0[c]];
     *r1 = off[q * El + m->g0[c + 1]];
-}
-
-/* Plan rows [r0, r1) at their positions in send (rows of rb bytes): the token's row (zero for padding),
- * then rb - hb bytes of extra row r. */
-static void pack_rows(int32_t nt, char *send, size_t rb, size_t hb, const int64_t *row_token, const char *tok,
-                      const char *extra, int64_t r0, int64_t r1)
-{
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, r1 - r0, rb))
-    for (int64_t r = r0; r < r1; r++) {
-        char *d = send + (size_t)r * rb;
-        if (row_token[r] >= 0) memcpy(d, tok + (size_t)row_token[r] * hb, hb);
-        else memset(d, 0, hb);
-        if (rb > hb) memcpy(d + hb, extra + (size_t)r * (rb - hb), rb - hb);
-    }
 }
 
 int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *tok,
                             const void *extra, int64_t W, moe_chunk_flight *fl)
 {
     const size_t es = L->ops->elem_size, hb = (size_t)L->H * es, rb = (size_t)W * es;
-    const int32_t nt = moe_context_exec(L->ctx, NULL).num_threads;
     ck_meta m;
     meta_of(L, s, &m);
     char *send = s->tape.dbuf[CK_SEND].p;
     for (int64_t q = 0; q < ck->P; q++) {
         int64_t r0, r1;
         peer_range(L, s, &m, c, q, &r0, &r1);
-        pack_rows(nt, send, rb, hb, s->tape.row_token.p, tok, extra, r0, r1);
+        OP(rows_pack, fl->e, r0, r1, s->tape.row_token.p, tok, hb, extra, rb - hb, send);
         m.sb[q] = (r1 - r0) * (int64_t)rb;
         m.so[q] = r0 * (int64_t)rb;
     }
@@ -339,7 +274,7 @@ int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     }
     char *recv = (char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * stage_rb(L, s);
     moe_comm *cm = L->ep_comm;
-    return cm->ops->all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd);
+    return cm->ops->all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd, fl->e);
 }
 
 /* Byte counts and offsets of each ETP rank's gath block of chunk c (rows of rb bytes). */
@@ -372,30 +307,17 @@ int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, in
         TRY(st);
         recv = (const char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * srb;
     } else {
-        const int64_t *off = s->tape.offsets.p;
-        recv = (const char *)s->tape.dbuf[CK_SEND].p + (size_t)off[ck->g0[c]] * rb;
+        recv = (const char *)s->tape.dbuf[CK_SEND].p + (size_t)moe_step_host_offsets(s)[ck->g0[c]] * rb;
     }
     *gath = recv;
     if (ck->Q > 1) {
         char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)ck->x0[c] * srb;
         etp_blocks(ck, &m, c, (int64_t)rb);
         moe_comm *cm = L->etp_comm;
-        TRY(cm->ops->all_gather_v(cm, recv, m.rb[ck->me_q], g, m.rb, m.ro));
+        TRY(cm->ops->all_gather_v(cm, recv, m.rb[ck->me_q], g, m.rb, m.ro, fl->e));
         *gath = g;
     }
     return MOE_OK;
-}
-
-/* dst row i <- [a | b] of expert row map[i] (a rows of ab bytes, b rows of bb bytes or none). */
-static void gather_pair(int32_t nt, char *dst, const char *a, size_t ab, const char *b, size_t bb, const int64_t *map,
-                        int64_t n)
-{
-    const size_t rb = ab + bb;
-#pragma omp parallel for schedule(static) num_threads(nt) if (moe_rows_parallel(nt, n, rb))
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(dst + (size_t)i * rb, a + (size_t)map[i] * ab, ab);
-        if (bb) memcpy(dst + (size_t)i * rb + ab, b + (size_t)map[i] * bb, bb);
-    }
 }
 
 int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *a, int64_t Wa,
@@ -404,8 +326,7 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     const size_t es = L->ops->elem_size, srb = stage_rb(L, s), ab = (size_t)Wa * es, bb = b ? (size_t)Wb * es : 0;
     const int64_t W = Wa + (b ? Wb : 0), x0 = ck->x0[c], n = ck->x0[c + 1] - x0;
     const size_t rb = (size_t)W * es;
-    const int32_t nt = moe_context_exec(L->ctx, NULL).num_threads;
-    const int64_t *off = s->tape.offsets.p;
+    const int64_t *off = moe_step_host_offsets(s);
     ck_meta m;
     meta_of(L, s, &m);
     /* this rank's EP-received rows of chunk c, summed over ETP: the recv slice its forward rows came in
@@ -415,12 +336,12 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
                            : ret + (size_t)off[ck->g0[c]] * rb;
     if (ck->Q > 1) {
         char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)x0 * srb;
-        gather_pair(nt, g, a, ab, b, bb, ck->em + x0, n);
+        OP(rows_gather_join, fl->e, n, ck->em + x0, a, ab, b, bb, g);
         etp_blocks(ck, &m, c, W); /* elements */
         moe_comm *cm = L->etp_comm;
-        TRY(cm->ops->reduce_scatter(cm, g, back, m.rb, L->ops->dtype));
+        TRY(cm->ops->reduce_scatter(cm, g, back, m.rb, L->ops->dtype, fl->e));
     } else {
-        gather_pair(nt, back, a, ab, b, bb, ck->em + x0, n);
+        OP(rows_gather_join, fl->e, n, ck->em + x0, a, ab, b, bb, back);
     }
     if (ck->P == 1) return MOE_OK;
     int64_t at = 0;
@@ -436,7 +357,7 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
         m.ro[q] = r0 * (int64_t)rb;
     }
     moe_comm *cm = L->ep_comm;
-    return cm->ops->all_to_all_v_start(cm, back, m.sb, m.so, ret, m.rb, m.ro, &fl->rev);
+    return cm->ops->all_to_all_v_start(cm, back, m.sb, m.so, ret, m.rb, m.ro, &fl->rev, fl->e);
 }
 
 int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl)

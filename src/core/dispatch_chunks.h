@@ -38,7 +38,7 @@ int32_t moe_chunks_count(const moe_layer *L);
 
 /* Forward, after the dispatch plan: exchanges the per-expert counts (EP all-to-all, ETP all-gather;
  * the same exchanges as unchunked) and sets step->Rx, tape.xoff and the map em. */
-int32_t moe_chunks_setup(moe_layer *L, moe_step *s, moe_chunks *ck);
+int32_t moe_chunks_setup(moe_layer *L, moe_step *s, const moe_exec *e, moe_chunks *ck);
 /* The views of a step whose forward ran moe_chunks_setup. */
 void moe_chunks_view(moe_layer *L, moe_step *s, moe_chunks *ck);
 
@@ -49,6 +49,7 @@ void moe_chunks_release(moe_layer *L, moe_step *s);
 /* In-flight exchanges of one pipeline: at most one per direction at a time is waited on. */
 typedef struct moe_chunk_flight {
     moe_comm_request *fwd, *rev;
+    const moe_exec *e; /* the execution context of the pipeline's ops and exchanges */
 } moe_chunk_flight;
 
 /* Advances the exchanges in flight (comm test) without blocking; the pipelines call it between
@@ -77,22 +78,9 @@ const void *moe_chunk_rev_rows(moe_layer *L, moe_step *s);
  * request outlives the buffers it uses. */
 void moe_chunk_drain(moe_layer *L, moe_chunk_flight *fl);
 
-/* dst row i <- src row map[i] / dst row map[i] <- src row i, rows of rb bytes; up to nt OpenMP threads
- * for large copies (rows are disjoint, so the result does not depend on the split). */
-void moe_rows_gather(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
-void moe_rows_scatter(int32_t nt, void *dst, const void *src, const int64_t *map, int64_t n, size_t rb);
-/* Whether n rows of rb bytes are worth a parallel region (small copies cost more to fork than to do). */
-int moe_rows_parallel(int32_t nt, int64_t n, size_t rb);
-/* Split rows: a row i <- the first ab bytes of src row map[i] (map NULL: row i), b row i <- the next bb
- * (b NULL: none). */
-void moe_rows_gather_split(int32_t nt, void *a, size_t ab, void *b, size_t bb, const void *src, const int64_t *map,
-                           int64_t n);
-/* Joined rows: dst row map[i] (map NULL: row i) <- [a row i | b row i] (b NULL: a row only). */
-void moe_rows_scatter_pair(int32_t nt, void *dst, const void *a, size_t ab, const void *b, size_t bb,
-                           const int64_t *map, int64_t n);
-
 /* The pipelines (src/core/experts_chunked.c), members of the all-to-all dispatcher's table. */
-int32_t moe_chunked_forward(moe_layer *L, moe_step *s, void *ys);
-int32_t moe_chunked_backward_data(moe_layer *L, moe_step *s, const void *dys, void *dxs, void *dprobs);
+int32_t moe_chunked_forward(moe_layer *L, moe_step *s, const moe_exec *e, void *ys);
+int32_t moe_chunked_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, const void *dys, void *dxs,
+                                  void *dprobs);
 
 #endif /* MOE_CORE_DISPATCH_CHUNKS_H */

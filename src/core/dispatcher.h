@@ -19,35 +19,40 @@
 
 typedef struct moe_dispatcher_ops {
     const char *name;
-    /* forward: from the local plan (tape: row_token, row_prob, offsets, slot_row) make the expert rows:
-     * step->Rx, tape.xr [Rx,H], tape.pr [Rx], tape.xoff [E_local+1] */
-    int32_t (*dispatch)(moe_layer *L, moe_step *s);
+    /* forward, before any work (optional): reserves the dispatcher's tape buffers for a plan of at most
+     * rmax rows and sets *rx_max to a bound on the expert rows, or leaves it -1 when only the
+     * dispatch itself can know (expert parallelism: the rows come from the peers) */
+    int32_t (*reserve)(moe_layer *L, moe_step *s, int64_t rmax, int64_t *rx_max);
+    /* forward: from the local plan (tape: row_token, row_prob, slot_row, plan_meta) make the expert rows:
+     * step->Rx, tape.xr [Rx,H], tape.pr [Rx], tape.xoff [E_local+1] (host) */
+    int32_t (*dispatch)(moe_layer *L, moe_step *s, const moe_exec *e);
     /* forward: expert outputs yrows [Rx,H] (partial sums over ETP shards) -> ys [T,H] (=) */
-    int32_t (*combine)(moe_layer *L, moe_step *s, const void *yrows, void *ys);
+    int32_t (*combine)(moe_layer *L, moe_step *s, const moe_exec *e, const void *yrows, void *ys);
     /* backward: dys [T,H] -> dyrows [Rx,H] (=), aligned with the expert rows */
-    int32_t (*dispatch_grad)(moe_layer *L, moe_step *s, const void *dys, void *dyrows);
+    int32_t (*dispatch_grad)(moe_layer *L, moe_step *s, const moe_exec *e, const void *dys, void *dyrows);
     /* backward: dxrows [Rx,H], dprows [Rx] (partial over ETP shards) -> dxs [T,H] (=), dprobs [T,K] (=) */
-    int32_t (*combine_grad)(moe_layer *L, moe_step *s, const void *dxrows, const void *dprows, void *dxs,
-                            void *dprobs);
+    int32_t (*combine_grad)(moe_layer *L, moe_step *s, const moe_exec *e, const void *dxrows, const void *dprows,
+                            void *dxs, void *dprobs);
     /* weights phase: pointer to the expert input rows [Rx,H] (may be rebuilt into tape scratch) */
-    int32_t (*expert_input)(moe_layer *L, moe_step *s, const void **x);
+    int32_t (*expert_input)(moe_layer *L, moe_step *s, const moe_exec *e, const void **x);
 } moe_dispatcher_ops;
 
 extern const moe_dispatcher_ops moe_dispatch_local;
 /* The dispatcher of a MOE_DISPATCHER_* kind (src/core/dispatch_registry.c); NULL if not built. */
 const moe_dispatcher_ops *moe_dispatcher_find(int32_t kind);
-/* The expert block pipelined over L->num_chunks groups of local experts (docs/parallel.md, "Overlap"),
- * with bitwise the same results as dispatch -> experts -> combine (and dispatch_grad -> expert data gradient ->
- * combine_grad). forward: after the plan, sets Rx, xoff, xr, pr, z and writes ys [T,H] (=).
+/* The expert block (core/experts.h) pipelined over L->num_chunks groups of local experts
+ * (docs/parallel.md, "Overlap"), with bitwise the same results as dispatch -> experts -> combine (and
+ * dispatch_grad -> expert data gradient -> combine_grad). forward: after the plan, sets Rx, xoff, xr,
+ * pr, z and writes ys [T,H] (=).
  * backward_data: dys [T,H] -> dxs [T,H] (=), dprobs [T,K] (=), filling dyr and dz so that the weights
  * phase runs unchanged (through expert_input). */
 typedef struct moe_chunked_ops {
-    int32_t (*forward)(moe_layer *L, moe_step *s, void *ys);
-    int32_t (*backward_data)(moe_layer *L, moe_step *s, const void *dys, void *dxs, void *dprobs);
+    int32_t (*forward)(moe_layer *L, moe_step *s, const moe_exec *e, void *ys);
+    int32_t (*backward_data)(moe_layer *L, moe_step *s, const moe_exec *e, const void *dys, void *dxs, void *dprobs);
 } moe_chunked_ops;
 /* The chunked pipeline of dispatcher d; NULL when d does not chunk (only the all-to-all one does). */
 const moe_chunked_ops *moe_dispatcher_chunked(const moe_dispatcher_ops *d);
 /* dprobs [T,K] (=) from per-row dp [R] of the local plan (0 for dropped assignments). */
-int32_t moe_gather_dprobs(moe_layer *L, moe_step *s, const void *dprows, void *dprobs);
+int32_t moe_gather_dprobs(moe_layer *L, moe_step *s, const moe_exec *e, const void *dprows, void *dprobs);
 
 #endif /* MOE_CORE_DISPATCHER_H */

@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "comm/comm.h"
 
@@ -29,7 +28,10 @@ int32_t moe_dispatcher_init(moe_dispatcher *d, moe_context *ctx, const moe_dispa
     atomic_init(&L->refs, 1); /* never released: the shell lives and dies with d */
     L->ctx = ctx;
     L->dtype = cfg->dtype;
-    L->ops = cfg->dtype == MOE_DTYPE_FP64 ? &moe_cpu_ops_f64 : &moe_cpu_ops_f32;
+    L->ops = ctx->backend->ops(cfg->dtype == MOE_DTYPE_FP64 ? MOE_DTYPE_FP64 : MOE_DTYPE_FP32);
+    if (!L->ops)
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.dtype = %d: the %s backend has no op table for it", cfg->dtype,
+                          ctx->backend->name);
     L->H = cfg->hidden;
     L->E = cfg->num_experts;
     L->K = cfg->top_k;
@@ -85,58 +87,6 @@ static int32_t from_compute(moe_layer *L, const moe_exec *e, int32_t host_dtype,
     return MOE_OK;
 }
 
-/* ---- row arithmetic in the compute dtype (fp32 sums are formed in double) --------------------- */
-
-/* dst[r,:] = p[r] * src[r,:] (dst may be src) */
-static void scale_rows(int32_t cdt, int64_t R, int64_t H, const void *p, const void *src, void *dst)
-{
-    if (cdt == MOE_DTYPE_FP64) {
-        const double *pv = p, *s = src;
-        double *o = dst;
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < H; j++) o[r * H + j] = pv[r] * s[r * H + j];
-    } else {
-        const float *pv = p, *s = src;
-        float *o = dst;
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t j = 0; j < H; j++) o[r * H + j] = pv[r] * s[r * H + j];
-    }
-}
-
-/* out[r] = <a[r,:], b[r,:]> */
-static void row_dots(int32_t cdt, int64_t R, int64_t H, const void *a, const void *b, void *out)
-{
-    if (cdt == MOE_DTYPE_FP64) {
-        const double *x = a, *y = b;
-        double *o = out;
-        for (int64_t r = 0; r < R; r++) {
-            double acc = 0;
-            for (int64_t j = 0; j < H; j++) acc += x[r * H + j] * y[r * H + j];
-            o[r] = acc;
-        }
-    } else {
-        const float *x = a, *y = b;
-        float *o = out;
-        for (int64_t r = 0; r < R; r++) {
-            double acc = 0;
-            for (int64_t j = 0; j < H; j++) acc += (double)x[r * H + j] * (double)y[r * H + j];
-            o[r] = (float)acc;
-        }
-    }
-}
-
-/* n reals of the compute dtype set to v */
-static void fill(int32_t cdt, int64_t n, double v, void *dst)
-{
-    if (cdt == MOE_DTYPE_FP64) {
-        double *o = dst;
-        for (int64_t i = 0; i < n; i++) o[i] = v;
-    } else {
-        float *o = dst;
-        for (int64_t i = 0; i < n; i++) o[i] = (float)v;
-    }
-}
-
 /* ---- dispatch --------------------------------------------------------------------------------- */
 
 /* The tape of forward.c's plan, filled from the host's routing instead of the router; then the
@@ -148,7 +98,7 @@ static int32_t plan_and_dispatch(moe_dispatch *h, int64_t T, const void *x, cons
     moe_layer *L = &d->shell;
     moe_step *s = &h->step;
     moe_step_tape *tp = &s->tape;
-    moe_exec ex = moe_context_exec(L->ctx, stream);
+    moe_exec ex = moe_context_enter(L->ctx, stream);
     const int64_t E = L->E, TK = T * L->K;
     const size_t es = L->ops->elem_size;
     const int64_t C = moe_layer_capacity(L, T);
@@ -158,7 +108,8 @@ static int32_t plan_and_dispatch(moe_dispatch *h, int64_t T, const void *x, cons
     TRY(moe_step_need(s, &tp->probs, TK, es));
     TRY(moe_step_need(s, &tp->tokens_per_expert, E, sizeof(int64_t)));
     TRY(moe_step_need(s, &tp->kept_per_expert, E, sizeof(int64_t)));
-    TRY(moe_step_need(s, &tp->offsets, E + 1, sizeof(int64_t)));
+    TRY(moe_step_need(s, &tp->plan_meta, E + 4, sizeof(int64_t)));
+    TRY(moe_step_need(s, &tp->dropped, TK, 1));
     TRY(moe_step_need(s, &tp->row_token, rmax, sizeof(int64_t)));
     TRY(moe_step_need(s, &tp->row_prob, rmax, es));
     TRY(moe_step_need(s, &tp->slot_row, TK, sizeof(int64_t)));
@@ -166,23 +117,19 @@ static int32_t plan_and_dispatch(moe_dispatch *h, int64_t T, const void *x, cons
     s->capacity = C;
 
     TRY(to_compute(L, &ex, d->dtype, T * L->H, x, tp->xs.p));
-    int32_t *idx = tp->idx.p;
-    if (index_bits == 64) {
-        const int64_t *in = indices;
-        for (int64_t i = 0; i < TK; i++) idx[i] = (int32_t)in[i]; /* range checked by the caller */
-    } else if (TK > 0) {
-        memcpy(idx, indices, (size_t)TK * sizeof(int32_t));
-    }
+    OP(index_narrow, &ex, TK, indices, index_bits, tp->idx.p); /* range checked by the caller */
     if (probs) TRY(to_compute(L, &ex, d->dtype, TK, probs, tp->probs.p));
-    else fill(L->ops->dtype, TK, 1.0, tp->probs.p);
+    else OP(fill, &ex, TK, 1.0, tp->probs.p);
 
-    moe_dispatch_plan plan = {tp->tokens_per_expert.p, tp->kept_per_expert.p, tp->offsets.p, tp->row_token.p,
-                              tp->row_prob.p, tp->slot_row.p, 0, 0, 0};
-    OP(dispatch_plan, &ex, L->E, L->K, T, idx, tp->probs.p, C, L->cfg.drop_policy, L->cfg.pad_to_capacity, &plan);
-    s->R = plan.num_rows;
-    s->dropped_count = plan.dropped;
-    s->padded_count = plan.padded;
-    TRY(L->disp->dispatch(L, s));
+    int64_t *meta = tp->plan_meta.p;
+    moe_dispatch_plan plan = {tp->tokens_per_expert.p, tp->kept_per_expert.p, meta, tp->row_token.p,
+                              tp->row_prob.p, tp->slot_row.p, tp->dropped.p, meta + E + 1};
+    OP(dispatch_plan, &ex, L->E, L->K, T, tp->idx.p, tp->probs.p, C, L->cfg.drop_policy, L->cfg.pad_to_capacity, &plan);
+    /* the one copy: the dispatchers size their exchanges from the plan's counts */
+    s->host.have_plan = 0;
+    TRY(moe_step_plan_to_host(s, &ex));
+    s->R = moe_step_host_stats(s)[0];
+    TRY(L->disp->dispatch(L, s, &ex));
     s->state = MOE_STEP_STATE_FORWARD;
     return MOE_OK;
 }
@@ -221,10 +168,18 @@ void moe_dispatch_free(moe_dispatch *h)
     moe_dispatcher_release_ref(d);
 }
 
-void moe_dispatch_counts(const moe_dispatch *h, int64_t *tpe)
+int32_t moe_dispatch_counts(const moe_dispatch *h, int64_t *tpe)
 {
-    const int64_t *xoff = h->step.tape.xoff.p;
-    for (int32_t j = 0; j < h->d->shell.E_local; j++) tpe[j] = xoff[j + 1] - xoff[j];
+    moe_context *ctx = h->d->shell.ctx;
+    const int32_t El = h->d->shell.E_local;
+    const int64_t *xoff = h->step.tape.xoff.p; /* host */
+    int64_t *n = malloc(sizeof(int64_t) * (size_t)El);
+    if (!n) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatch_rows: out of memory");
+    for (int32_t j = 0; j < El; j++) n[j] = xoff[j + 1] - xoff[j];
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    int32_t st = moe_copy_to_device(ctx, &ex, tpe, n, sizeof(int64_t) * (size_t)El);
+    free(n);
+    return st;
 }
 
 int32_t moe_dispatch_copy_rows(const moe_dispatch *h, void *x_rows, void *row_probs)
@@ -252,18 +207,18 @@ static int32_t combine_impl(moe_dispatch *h, const void *y_rows, void *y, const 
         /* keep y_rows: combine_backward's d_row_probs = <dyr, y_rows> */
         TRY(moe_step_need(s, &h->yrows, Rx * H, es));
         TRY(to_compute(L, e, h->d->dtype, Rx * H, y_rows, h->yrows.p));
-        scale_rows(L->ops->dtype, Rx, H, s->tape.pr.p, h->yrows.p, h->rows_a.p);
+        OP(scale_rows, e, Rx, H, s->tape.pr.p, h->yrows.p, h->rows_a.p);
     } else {
         TRY(to_compute(L, e, h->d->dtype, Rx * H, y_rows, h->rows_a.p));
     }
-    TRY(L->disp->combine(L, s, h->rows_a.p, h->tok_a.p));
+    TRY(L->disp->combine(L, s, e, h->rows_a.p, h->tok_a.p));
     return from_compute(L, e, h->d->dtype, T * H, h->tok_a.p, y);
 }
 
 int32_t moe_dispatch_combine_run(moe_dispatch *h, const void *y_rows, void *y, void *stream)
 {
     moe_context *ctx = h->d->shell.ctx;
-    moe_exec ex = moe_context_exec(ctx, stream);
+    moe_exec ex = moe_context_enter(ctx, stream);
     h->combined = 0; /* a failed combine may have replaced the kept y_rows halfway */
     moe_range_push(ctx, "moe.combine");
     int32_t st = combine_impl(h, y_rows, y, &ex);
@@ -278,18 +233,17 @@ static int32_t combine_backward_impl(moe_dispatch *h, const void *dy, void *dy_r
     moe_layer *L = &h->d->shell;
     moe_step *s = &h->step;
     const int64_t Rx = s->Rx, T = s->T, H = L->H;
-    const int32_t cdt = L->ops->dtype;
     const size_t es = L->ops->elem_size;
     TRY(moe_step_need(s, &h->tok_a, T * H, es));
     TRY(moe_step_need(s, &h->rows_a, Rx * H, es));
     TRY(moe_step_need(s, &h->rows_p, Rx, es));
     TRY(to_compute(L, e, h->d->dtype, T * H, dy, h->tok_a.p));
-    TRY(L->disp->dispatch_grad(L, s, h->tok_a.p, h->rows_a.p)); /* dyr: dy of each row's token */
+    TRY(L->disp->dispatch_grad(L, s, e, h->tok_a.p, h->rows_a.p)); /* dyr: dy of each row's token */
     if (h->d->combine == MOE_COMBINE_WEIGHTED) {
-        row_dots(cdt, Rx, H, h->rows_a.p, h->yrows.p, h->rows_p.p);
-        scale_rows(cdt, Rx, H, s->tape.pr.p, h->rows_a.p, h->rows_a.p);
+        OP(row_dots, e, Rx, H, h->rows_a.p, h->yrows.p, h->rows_p.p);
+        OP(scale_rows, e, Rx, H, s->tape.pr.p, h->rows_a.p, h->rows_a.p);
     } else {
-        fill(cdt, Rx, 0.0, h->rows_p.p);
+        OP(fill, e, Rx, 0.0, h->rows_p.p);
     }
     TRY(from_compute(L, e, h->d->dtype, Rx * H, h->rows_a.p, dy_rows));
     if (d_row_probs) TRY(from_compute(L, e, h->d->dtype, Rx, h->rows_p.p, d_row_probs));
@@ -300,7 +254,7 @@ int32_t moe_dispatch_combine_backward_run(moe_dispatch *h, const void *dy, void 
                                           void *stream)
 {
     moe_context *ctx = h->d->shell.ctx;
-    moe_exec ex = moe_context_exec(ctx, stream);
+    moe_exec ex = moe_context_enter(ctx, stream);
     moe_range_push(ctx, "moe.combine.backward");
     int32_t st = combine_backward_impl(h, dy, dy_rows, d_row_probs, &ex);
     moe_range_pop(ctx);
@@ -320,8 +274,8 @@ static int32_t backward_impl(moe_dispatch *h, const void *dx_rows, const void *d
     TRY(moe_step_need(s, &h->tok_p, TK, es));
     TRY(to_compute(L, e, h->d->dtype, Rx * H, dx_rows, h->rows_a.p));
     if (d_row_probs) TRY(to_compute(L, e, h->d->dtype, Rx, d_row_probs, h->rows_p.p));
-    else fill(L->ops->dtype, Rx, 0.0, h->rows_p.p);
-    TRY(L->disp->combine_grad(L, s, h->rows_a.p, h->rows_p.p, h->tok_a.p, h->tok_p.p));
+    else OP(fill, e, Rx, 0.0, h->rows_p.p);
+    TRY(L->disp->combine_grad(L, s, e, h->rows_a.p, h->rows_p.p, h->tok_a.p, h->tok_p.p));
     TRY(from_compute(L, e, h->d->dtype, T * H, h->tok_a.p, dx));
     if (dprobs) TRY(from_compute(L, e, h->d->dtype, TK, h->tok_p.p, dprobs));
     return MOE_OK;
@@ -331,7 +285,7 @@ int32_t moe_dispatch_backward_run(moe_dispatch *h, const void *dx_rows, const vo
                                   void *dprobs, void *stream)
 {
     moe_context *ctx = h->d->shell.ctx;
-    moe_exec ex = moe_context_exec(ctx, stream);
+    moe_exec ex = moe_context_enter(ctx, stream);
     moe_range_push(ctx, "moe.dispatch.backward");
     int32_t st = backward_impl(h, dx_rows, d_row_probs, dx, dprobs, &ex);
     moe_range_pop(ctx);

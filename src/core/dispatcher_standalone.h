@@ -49,7 +49,7 @@ int32_t moe_dispatch_run(moe_dispatcher *d, int64_t T, const void *x, const void
                          const void *probs, void *stream, moe_dispatch **out);
 void moe_dispatch_free(moe_dispatch *h);
 /* Rows per local expert into tpe [E_local]. */
-void moe_dispatch_counts(const moe_dispatch *h, int64_t *tpe);
+int32_t moe_dispatch_counts(const moe_dispatch *h, int64_t *tpe);
 /* Copies the expert rows (host dtype) out; each pointer may be NULL. */
 int32_t moe_dispatch_copy_rows(const moe_dispatch *h, void *x_rows, void *row_probs);
 /* Collective. y_rows [Rx,H] -> y [T,H] (host dtype). */

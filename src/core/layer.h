@@ -9,14 +9,17 @@
 
 #include "core/context.h"
 
-/* An engine-owned buffer charged to a ledger category. */
+/* An engine-owned buffer: device memory charged to a ledger category, or (host = 1) host memory for
+ * values the host itself computes and reads (GEMM row offsets, exchange counts). */
 typedef struct moe_buf {
     void *p;
     size_t bytes;
     int32_t category;
+    int32_t host;
 } moe_buf;
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category);
+int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes);
 void moe_buf_release(moe_context *ctx, moe_buf *b);
 
 /* Shape and storage of one parameter slot. */
@@ -56,12 +59,11 @@ struct moe_layer {
     moe_buf grad[MOE_PARAM_NUM_SLOTS];
     /* compute-dtype copies of bf16 parameters, refreshed at each forward (== param for fp32/fp64) */
     moe_buf wcache[MOE_PARAM_NUM_SLOTS];
-    /* aux-loss-free bias: tokens received per expert since the last update */
-    int64_t *bias_counts; /* [E] */
-    /* MOE_AUX_GLOBAL running sums over the micro-batches of a global batch */
-    double *global_counts; /* [E] */
-    double global_tokens;
-    int64_t global_microbatches;
+    /* aux-loss-free bias: tokens received per expert since the last update (device, [E] int64) */
+    int64_t *bias_counts;
+    /* MOE_AUX_GLOBAL running state over the micro-batches of a global batch (device, [E+2] double:
+     * counts, token total, micro-batches; the aux_loss op's `global`) */
+    double *global_state;
 };
 
 enum { MOE_STEP_STATE_EMPTY = 0, MOE_STEP_STATE_FORWARD = 1, MOE_STEP_STATE_DATA_GRAD = 2, MOE_STEP_STATE_DONE = 3 };
@@ -74,13 +76,18 @@ typedef struct moe_step_tape {
     moe_buf idx;         /* [T,K] int32 */
     moe_buf probs;       /* [T,K] */
     moe_buf dropped;     /* [T,K] uint8 */
-    moe_buf tokens_per_expert, kept_per_expert, offsets; /* [E], [E], [E+1] int64 */
+    moe_buf tokens_per_expert, kept_per_expert; /* [E], [E] int64 */
+    moe_buf plan_meta;   /* [E+4] int64: the plan's expert offsets [E+1], then its stats [3] (one block, so
+                          * that the host reads both with one copy) */
+    moe_buf losses;      /* [2] double: aux loss, z-loss sum of squares (read when the host asks) */
+    moe_buf ntok;        /* [1] int64: tokens of the aux reduction group */
+    moe_buf xoff_dev;    /* [E_local+1] int64: device copy of xoff for ops (local dispatcher) */
     moe_buf row_token;   /* [R_max] int64 */
     moe_buf row_prob;    /* [R_max] */
     moe_buf slot_row;    /* [T*K] int64 */
     moe_buf aux_counts;  /* [B,E] int64 */
     moe_buf aux_sums;    /* [B,E] double */
-    moe_buf aux_coef;    /* [B,E] double: dL_aux / d s^ (before the loss scale) */
+    moe_buf aux_coef;    /* [B,E] double: dL_aux / d s^ times the step's loss scale */
     moe_buf z;           /* [R,F1] FC1 output */
     moe_buf zs;          /* [T,Fs1] shared FC1 output */
     moe_buf gate;        /* [T] shared gate sigma(x.w_g) */
@@ -96,7 +103,7 @@ typedef struct moe_step_tape {
     /* expert rows (made by the dispatcher): Rx rows grouped by local expert */
     moe_buf xr;          /* [Rx,H] expert input rows (kept by communicating dispatchers) */
     moe_buf pr;          /* [Rx] their probabilities */
-    moe_buf xoff;        /* [E_local+1] int64 row offsets per local expert */
+    moe_buf xoff;        /* [E_local+1] int64 row offsets per local expert (HOST memory: GEMM shapes) */
     moe_buf dbuf[8];     /* dispatcher-private state (counts, permutations, staging) */
     /* scratch */
     moe_buf h;           /* [R,F] (also [T,Fs]) */
@@ -104,17 +111,36 @@ typedef struct moe_step_tape {
     moe_buf tok;         /* [T,H] */
 } moe_step_tape;
 
+/* What the host knows of a step's routing: the one copy of the plan's offsets and stats
+ * (moe_step_plan_to_host), made where the host needs row counts (dropless routing, capacity without
+ * padding, expert parallelism) and skipped in static-shape steps. */
+typedef struct moe_step_host {
+    int64_t *plan;     /* [E+4] host mirror of tape.plan_meta (NULL until first needed) */
+    int32_t have_plan; /* plan holds this step's values */
+} moe_step_host;
+
 struct moe_step {
     moe_layer *layer;
     int32_t mode;
     double aux_loss_scale;
     int32_t state;
+    int32_t reserved; /* the step reserved its buffers for this call: later growth is counted */
+    void *stream;     /* the stream of the step's last call: its buffers are freed in that order */
     int64_t T, R, B, capacity;
     int64_t Rx; /* expert rows on this rank (after dispatch) */
-    int64_t dropped_count, padded_count;
-    double aux_loss, z_loss;
+    moe_step_host host;
     moe_step_tape tape;
 };
+
+/* Static shapes (no host copy of routing results, graph-capturable): capacity with padding on one rank. */
+int moe_layer_static_shapes(const moe_layer *L);
+/* The one device-to-host copy of a step's plan offsets and stats; a no-op when already made. */
+int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex);
+/* Host pointers into the copied plan: offsets [E+1] and stats [3] (R, dropped, padded). */
+static inline const int64_t *moe_step_host_offsets(const moe_step *s) { return s->host.plan; }
+static inline const int64_t *moe_step_host_stats(const moe_step *s) { return s->host.plan + s->layer->E + 1; }
+/* Device pointers into tape.plan_meta. */
+static inline int64_t *moe_step_offsets(const moe_step *s) { return (int64_t *)s->tape.plan_meta.p; }
 
 /* Bytes per element of a MOE_DTYPE_* (fp32, bf16, fp64, int64). */
 size_t moe_dtype_size(int32_t dtype);
@@ -128,7 +154,7 @@ void moe_layer_retain(moe_layer *layer);
 void moe_layer_release_ref(moe_layer *layer);
 /* Compute-dtype pointer of a parameter (wcache for bf16; refreshed by moe_layer_refresh_wcache). */
 const void *moe_layer_weight(const moe_layer *layer, int32_t slot);
-int32_t moe_layer_refresh_wcache(moe_layer *layer);
+int32_t moe_layer_refresh_wcache(moe_layer *layer, const moe_exec *ex);
 /* Capacity per expert of T local tokens (MATH.md §4); -1 = dropless. Shared by the layer and the
  * standalone dispatcher, so both drop the same assignments. */
 int64_t moe_layer_capacity(const moe_layer *L, int64_t T);
@@ -137,12 +163,17 @@ int64_t moe_layer_capacity(const moe_layer *L, int64_t T);
 int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C);
 /* forward.c / backward.c: tensors already validated by src/api. x/y/dy/dx data pointers are in the
  * layer's dtype, contiguous. */
-int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, const void *x, void *y, void *stream);
-int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, void *stream);
-int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, void *stream);
+int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, const void *x, void *y, const moe_exec *e);
+int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, const moe_exec *e);
+int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, const moe_exec *e);
 void moe_step_free_tape(moe_step *step);
-/* Reserves a tape buffer of n elements of es bytes (overflow-checked), charged to ACTIVATIONS. */
+/* Reserves a tape buffer of n elements of es bytes (overflow-checked), charged to ACTIVATIONS. A
+ * buffer that has to grow while step->reserved is set counts in ctx->inflight_allocs. */
 int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es);
+/* The same for a host buffer (not charged: small metadata the host computes). */
+int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es);
+/* Routing statistics and loss values of the last forward, read from the device (copies). */
+int32_t moe_step_read_stats(moe_step *step, int64_t stats[3], double *aux_loss, double *z_loss);
 
 /* Early return on a non-OK status. */
 #define TRY(expr)                                                                                                    \

@@ -92,7 +92,11 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
 
     L->cfg = c;
     L->dtype = c.param_dtype;
-    L->ops = c.param_dtype == MOE_DTYPE_FP64 ? &moe_cpu_ops_f64 : &moe_cpu_ops_f32;
+    /* fp64 layers compute in fp64; fp32 and bf16 layers in fp32 */
+    L->ops = ctx->backend->ops(c.param_dtype == MOE_DTYPE_FP64 ? MOE_DTYPE_FP64 : MOE_DTYPE_FP32);
+    if (!L->ops)
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.param_dtype = %d: the %s backend has no op table for it",
+                          c.param_dtype, ctx->backend->name);
     L->gated = c.activation == MOE_ACT_SWIGLU || c.activation == MOE_ACT_GEGLU;
     L->H = c.hidden_size;
     L->F = c.ffn_hidden_size;

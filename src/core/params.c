@@ -11,21 +11,38 @@
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
 {
-    if (b->p && b->bytes >= bytes && b->category == category) return MOE_OK;
+    if (b->p && !b->host && b->bytes >= bytes && b->category == category) return MOE_OK;
     moe_buf_release(ctx, b);
     void *p = moe_mem_alloc(ctx, bytes, category);
     if (!p) return MOE_ERR_OUT_OF_MEMORY;
     b->p = p;
     b->bytes = bytes;
     b->category = category;
+    b->host = 0;
+    return MOE_OK;
+}
+
+int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
+{
+    if (b->p && b->host && b->bytes >= bytes) return MOE_OK;
+    moe_buf_release(ctx, b);
+    size_t sz = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (!p) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of host memory", bytes);
+    b->p = p;
+    b->bytes = bytes;
+    b->category = -1;
+    b->host = 1;
     return MOE_OK;
 }
 
 void moe_buf_release(moe_context *ctx, moe_buf *b)
 {
-    if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
+    if (b->p && b->host) free(b->p);
+    else if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
     b->p = NULL;
     b->bytes = 0;
+    b->host = 0;
 }
 
 size_t moe_dtype_size(int32_t dtype)
@@ -63,6 +80,7 @@ int32_t moe_layer_alloc_params(moe_layer *L)
     if (L->cfg.expert_bias) set_slot(&L->slot[MOE_PARAM_EXPERT_BIAS], cdt, cdt, 0, 1, L->E, 0, 0);
 
     moe_context *ctx = L->ctx;
+    moe_exec ex = moe_context_exec(ctx, NULL);
     for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
         moe_slot_info *si = &L->slot[s];
         if (!si->present) continue;
@@ -71,12 +89,12 @@ int32_t moe_layer_alloc_params(moe_layer *L)
             moe_buf_reserve(ctx, &L->param[s], bytes, MOE_MEM_WEIGHTS))
             return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "parameter slot %d (%lld elements) could not be allocated", s,
                               (long long)si->numel);
-        memset(L->param[s].p, 0, bytes);
+        TRY(moe_mem_zero(ctx, &ex, L->param[s].p, bytes));
         if (si->has_grad) {
             size_t gbytes = (size_t)si->numel * moe_dtype_size(si->grad_dtype);
             if (moe_buf_reserve(ctx, &L->grad[s], gbytes, MOE_MEM_GRADS))
                 return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "gradient slot %d could not be allocated", s);
-            memset(L->grad[s].p, 0, gbytes);
+            TRY(moe_mem_zero(ctx, &ex, L->grad[s].p, gbytes));
         }
         if (si->dtype == MOE_DTYPE_BF16) {
             size_t cbytes = (size_t)si->numel * L->ops->elem_size;
@@ -85,10 +103,10 @@ int32_t moe_layer_alloc_params(moe_layer *L)
         }
     }
     L->bias_counts = moe_mem_alloc(ctx, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
-    L->global_counts = moe_mem_alloc(ctx, sizeof(double) * (size_t)L->E, MOE_MEM_WORKSPACE);
-    if (!L->bias_counts || !L->global_counts) return MOE_ERR_OUT_OF_MEMORY;
-    memset(L->bias_counts, 0, sizeof(int64_t) * (size_t)L->E);
-    memset(L->global_counts, 0, sizeof(double) * (size_t)L->E);
+    L->global_state = moe_mem_alloc(ctx, sizeof(double) * (size_t)(L->E + 2), MOE_MEM_WORKSPACE);
+    if (!L->bias_counts || !L->global_state) return MOE_ERR_OUT_OF_MEMORY;
+    TRY(moe_mem_zero(ctx, &ex, L->bias_counts, sizeof(int64_t) * (size_t)L->E));
+    TRY(moe_mem_zero(ctx, &ex, L->global_state, sizeof(double) * (size_t)(L->E + 2)));
     return MOE_OK;
 }
 
@@ -100,9 +118,9 @@ void moe_layer_free_params(moe_layer *L)
         moe_buf_release(L->ctx, &L->wcache[s]);
     }
     if (L->bias_counts) moe_mem_free(L->ctx, L->bias_counts, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
-    if (L->global_counts) moe_mem_free(L->ctx, L->global_counts, sizeof(double) * (size_t)L->E, MOE_MEM_WORKSPACE);
+    if (L->global_state) moe_mem_free(L->ctx, L->global_state, sizeof(double) * (size_t)(L->E + 2), MOE_MEM_WORKSPACE);
     L->bias_counts = NULL;
-    L->global_counts = NULL;
+    L->global_state = NULL;
 }
 
 /* Counter-based uniform in [-1, 1): the value depends only on (seed, slot, index), so the
@@ -136,38 +154,55 @@ static uint64_t global_index(const moe_layer *L, int32_t slot, int64_t i)
     return (uint64_t)i;
 }
 
-int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
+/* Values are drawn on the host in chunks (fp64 or fp32 by the slot's dtype) and copied to the device;
+ * bf16 slots are rounded there by the convert op. */
+enum { INIT_CHUNK = 1 << 16 };
+
+static int32_t init_slot(moe_layer *L, const moe_exec *ex, int32_t s, uint64_t seed, void *host, moe_buf *stage)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
-    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
-        moe_slot_info *si = &L->slot[s];
-        if (!si->present) continue;
-        if (s == MOE_PARAM_EXPERT_BIAS) {
-            memset(L->param[s].p, 0, (size_t)si->numel * moe_dtype_size(si->dtype));
+    const moe_slot_info *si = &L->slot[s];
+    int64_t fan_in = (s == MOE_PARAM_EXPERT_FC2) ? L->F : (s == MOE_PARAM_SHARED_FC2) ? L->Fs : L->H;
+    double bound = 1.0 / sqrt((double)fan_in);
+    const int64_t n = si->numel;
+    char *w = L->param[s].p;
+    for (int64_t i0 = 0; i0 < n; i0 += INIT_CHUNK) {
+        const int64_t m = n - i0 < INIT_CHUNK ? n - i0 : INIT_CHUNK;
+        if (si->dtype == MOE_DTYPE_FP64) {
+            double *h = host;
+            for (int64_t i = 0; i < m; i++) h[i] = bound * init_uniform(seed, s, global_index(L, s, i0 + i));
+            TRY(moe_copy_to_device(L->ctx, ex, w + (size_t)i0 * 8, h, (size_t)m * 8));
             continue;
         }
-        int64_t fan_in = (s == MOE_PARAM_EXPERT_FC2) ? L->F : (s == MOE_PARAM_SHARED_FC2) ? L->Fs : L->H;
-        double bound = 1.0 / sqrt((double)fan_in);
-        int64_t n = si->numel;
-        if (si->dtype == MOE_DTYPE_FP64) {
-            double *w = L->param[s].p;
-            for (int64_t i = 0; i < n; i++) w[i] = bound * init_uniform(seed, s, global_index(L, s, i));
-        } else if (si->dtype == MOE_DTYPE_FP32) {
-            float *w = L->param[s].p;
-            for (int64_t i = 0; i < n; i++) w[i] = (float)(bound * init_uniform(seed, s, global_index(L, s, i)));
-        } else { /* bf16: draw in fp32 chunks, round to bf16 */
-            float chunk[1024];
-            uint16_t *w = L->param[s].p;
-            for (int64_t i0 = 0; i0 < n; i0 += 1024) {
-                int64_t m = n - i0 < 1024 ? n - i0 : 1024;
-                for (int64_t i = 0; i < m; i++)
-                    chunk[i] = (float)(bound * init_uniform(seed, s, global_index(L, s, i0 + i)));
-                int32_t st = moe_cpu_ops_f32.convert(&ex, m, chunk, MOE_DTYPE_FP32, w + i0, MOE_DTYPE_BF16);
-                if (st) return moe_errorf(L->ctx, st, "bf16 conversion failed during initialisation");
-            }
+        float *h = host;
+        for (int64_t i = 0; i < m; i++) h[i] = (float)(bound * init_uniform(seed, s, global_index(L, s, i0 + i)));
+        if (si->dtype == MOE_DTYPE_FP32) {
+            TRY(moe_copy_to_device(L->ctx, ex, w + (size_t)i0 * 4, h, (size_t)m * 4));
+            continue;
         }
+        TRY(moe_copy_to_device(L->ctx, ex, stage->p, h, (size_t)m * 4)); /* bf16: round on the device */
+        int32_t st = L->ops->convert(ex, m, stage->p, MOE_DTYPE_FP32, w + (size_t)i0 * 2, MOE_DTYPE_BF16);
+        if (st) return moe_errorf(L->ctx, st, "bf16 conversion failed during initialisation");
     }
     return MOE_OK;
+}
+
+int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
+{
+    moe_context *ctx = L->ctx;
+    moe_exec ex = moe_context_enter(ctx, NULL);
+    double *host = malloc(sizeof(double) * INIT_CHUNK);
+    if (!host) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_init_params: out of host memory");
+    moe_buf stage = {0};
+    int32_t st = moe_buf_reserve(ctx, &stage, sizeof(float) * INIT_CHUNK, MOE_MEM_WORKSPACE);
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS && !st; s++) {
+        moe_slot_info *si = &L->slot[s];
+        if (!si->present) continue;
+        if (s == MOE_PARAM_EXPERT_BIAS) st = moe_mem_zero(ctx, &ex, L->param[s].p, (size_t)si->numel * moe_dtype_size(si->dtype));
+        else st = init_slot(L, &ex, s, seed, host, &stage);
+    }
+    moe_buf_release(ctx, &stage);
+    free(host);
+    return st;
 }
 
 const void *moe_layer_weight(const moe_layer *L, int32_t slot)
@@ -175,12 +210,11 @@ const void *moe_layer_weight(const moe_layer *L, int32_t slot)
     return L->slot[slot].dtype == MOE_DTYPE_BF16 ? L->wcache[slot].p : L->param[slot].p;
 }
 
-int32_t moe_layer_refresh_wcache(moe_layer *L)
+int32_t moe_layer_refresh_wcache(moe_layer *L, const moe_exec *ex)
 {
-    moe_exec ex = moe_context_exec(L->ctx, NULL);
     for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
         if (!L->slot[s].present || L->slot[s].dtype != MOE_DTYPE_BF16) continue;
-        int32_t st = L->ops->convert(&ex, L->slot[s].numel, L->param[s].p, MOE_DTYPE_BF16, L->wcache[s].p, L->ops->dtype);
+        int32_t st = L->ops->convert(ex, L->slot[s].numel, L->param[s].p, MOE_DTYPE_BF16, L->wcache[s].p, L->ops->dtype);
         if (st) return moe_errorf(L->ctx, st, "converting bf16 parameter slot %d failed", s);
     }
     return MOE_OK;

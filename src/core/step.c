@@ -1,4 +1,6 @@
-/* Step tapes: buffer reservation and release. */
+/* Step tapes: buffer reservation and release, and the host's reads of a step's routing results. */
+#include <stdlib.h>
+
 #include "core/layer.h"
 
 int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es)
@@ -7,12 +9,59 @@ int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es)
     size_t bytes;
     if (n < 0 || !moe_size_mul((size_t)n, es, &bytes))
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "a tape buffer of %lld elements overflows size_t", (long long)n);
+    if (step->reserved && !(b->p && b->bytes >= bytes && b->category == MOE_MEM_ACTIVATIONS)) ctx->inflight_allocs++;
     return moe_buf_reserve(ctx, b, bytes, MOE_MEM_ACTIVATIONS);
+}
+
+int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
+{
+    moe_context *ctx = step->layer->ctx;
+    size_t bytes;
+    if (n < 0 || !moe_size_mul((size_t)n, es, &bytes))
+        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "a host buffer of %lld elements overflows size_t", (long long)n);
+    return moe_buf_reserve_host(ctx, b, bytes);
 }
 
 void moe_step_free_tape(moe_step *step)
 {
+    step->layer->ctx->cur_stream = step->stream;
     moe_buf *first = (moe_buf *)&step->tape;
     size_t count = sizeof step->tape / sizeof(moe_buf);
     for (size_t i = 0; i < count; i++) moe_buf_release(step->layer->ctx, &first[i]);
+    free(step->host.plan);
+    step->host.plan = NULL;
+    step->host.have_plan = 0;
+}
+
+int moe_layer_static_shapes(const moe_layer *L)
+{
+    return L->capacity_factor > 0 && L->cfg.pad_to_capacity && L->ep_size == 1 && L->etp_size == 1;
+}
+
+int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex)
+{
+    if (step->host.have_plan) return MOE_OK;
+    moe_context *ctx = step->layer->ctx;
+    const size_t n = (size_t)step->layer->E + 4;
+    if (!step->host.plan) {
+        step->host.plan = malloc(n * sizeof(int64_t));
+        if (!step->host.plan) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "out of host memory for a step's plan counts");
+    }
+    TRY(moe_copy_to_host(ctx, ex, step->host.plan, step->tape.plan_meta.p, n * sizeof(int64_t)));
+    step->host.have_plan = 1;
+    return MOE_OK;
+}
+
+int32_t moe_step_read_stats(moe_step *step, int64_t stats[3], double *aux_loss, double *z_loss)
+{
+    const moe_layer *L = step->layer;
+    moe_exec ex = moe_context_exec(L->ctx, NULL);
+    TRY(moe_step_plan_to_host(step, &ex));
+    const int64_t *hs = moe_step_host_stats(step);
+    for (int i = 0; i < 3; i++) stats[i] = hs[i];
+    double losses[2];
+    TRY(moe_copy_to_host(L->ctx, &ex, losses, step->tape.losses.p, sizeof losses));
+    *aux_loss = L->cfg.aux_loss_type != MOE_AUX_NONE ? losses[0] : 0.0;
+    *z_loss = L->cfg.z_loss_coeff > 0 && step->T > 0 ? (double)L->cfg.z_loss_coeff * losses[1] / (double)step->T : 0.0;
+    return MOE_OK;
 }

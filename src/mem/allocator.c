@@ -1,7 +1,13 @@
 /*
- * Every engine allocation: the host's allocator hook or the built-in caching pool, charged to a
- * ledger category. The pool keeps recently freed blocks (exact rounded size) so that steps of the
- * same shape reuse memory instead of going back to the system allocator each iteration.
+ * Every engine allocation: the host's allocator hook or the built-in caching pool over the
+ * backend's device memory, charged to a ledger category. The pool keeps recently freed blocks (exact
+ * rounded size) so that steps of the same shape reuse memory instead of going back to the device
+ * allocator each iteration.
+ *
+ * Stream order: a block is freed while work queued on the freeing stream may still use it. The pool
+ * records an event on that stream at the free; an allocation on the same stream may take the block
+ * at once (its work runs after the queued work), an allocation on another stream only once the event
+ * has passed. Trimming waits for each block's event before giving the memory back.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +47,28 @@ static void charge(moe_context *ctx, int32_t category, int64_t delta)
     ctx->mem_live += delta > 0 ? 1 : -1;
 }
 
+/* The exec of the context's current stream (pool operations run in its order). */
+static moe_exec cur_exec(const moe_context *ctx) { return moe_context_exec(ctx, ctx->cur_stream); }
+
+/* Whether pooled block b may serve an allocation on stream s now. */
+static int block_ready(moe_context *ctx, const moe_pool_block *b, void *s)
+{
+    if (b->stream == s || !b->event) return 1;
+    moe_exec ex = moe_context_exec(ctx, b->stream);
+    int32_t done = 0;
+    return ctx->backend->event_query(&ex, b->event, &done) == MOE_OK && done;
+}
+
+static void block_drop(moe_context *ctx, moe_pool_block *b)
+{
+    moe_exec ex = moe_context_exec(ctx, b->stream);
+    if (b->event) {
+        (void)ctx->backend->event_sync(&ex, b->event); /* nothing queued may still use it */
+        ctx->backend->event_destroy(&ex, b->event);
+    }
+    ctx->backend->mem_free(&ex, b->ptr, b->bytes);
+}
+
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
 {
     if (bytes == 0) bytes = 1;
@@ -50,28 +78,32 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
     }
     size_t sz = round_up(bytes);
     void *p = NULL;
+    moe_exec ex = cur_exec(ctx);
     if (ctx->allocator.alloc) { /* the host's hook */
-        p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id, NULL);
+        p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id, ex.stream);
         if (!p) {
             moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "host allocator returned NULL for %zu bytes", sz);
             return NULL;
         }
     } else {
         for (int32_t i = ctx->pool_count - 1; i >= 0; i--) {
-            if (ctx->pool[i].bytes == sz) {
-                p = ctx->pool[i].ptr;
-                ctx->pool_bytes -= sz;
-                ctx->pool[i] = ctx->pool[--ctx->pool_count];
-                break;
+            moe_pool_block *b = &ctx->pool[i];
+            if (b->bytes != sz || !block_ready(ctx, b, ex.stream)) continue;
+            p = b->ptr;
+            if (b->event) {
+                moe_exec bx = moe_context_exec(ctx, b->stream);
+                ctx->backend->event_destroy(&bx, b->event);
             }
+            ctx->pool_bytes -= sz;
+            *b = ctx->pool[--ctx->pool_count];
+            break;
         }
-        if (!p) p = aligned_alloc(MOE_ALIGN, sz);
-        if (!p) {
+        if (!p && ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) {
             moe_mem_trim(ctx); /* give cached blocks back and retry once */
-            p = aligned_alloc(MOE_ALIGN, sz);
+            if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
         }
         if (!p) {
-            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes", sz);
+            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of %s memory", sz, ctx->backend->name);
             return NULL;
         }
     }
@@ -85,23 +117,30 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
     if (bytes == 0) bytes = 1;
     size_t sz = round_up(bytes);
     charge(ctx, category, -(int64_t)sz);
+    moe_exec ex = cur_exec(ctx);
     if (ctx->allocator.free) { /* alloc and free are set together (checked at context creation) */
-        ctx->allocator.free(ctx->allocator.user_data, ptr, sz, ctx->device_type, ctx->device_id, NULL);
+        ctx->allocator.free(ctx->allocator.user_data, ptr, sz, ctx->device_type, ctx->device_id, ex.stream);
         return;
     }
-    if (ctx->pool_count < MOE_POOL_SLOTS && ctx->pool_bytes + sz <= MOE_POOL_MAX_BYTES) {
-        ctx->pool[ctx->pool_count].ptr = ptr;
-        ctx->pool[ctx->pool_count].bytes = sz;
-        ctx->pool_count++;
+    void *ev = NULL;
+    if (ctx->pool_count < MOE_POOL_SLOTS && ctx->pool_bytes + sz <= MOE_POOL_MAX_BYTES &&
+        ctx->backend->event_create(&ex, &ev) == MOE_OK) {
+        if (ctx->backend->event_record(&ex, ev) != MOE_OK) {
+            ctx->backend->event_destroy(&ex, ev);
+            ctx->backend->mem_free(&ex, ptr, sz);
+            return;
+        }
+        moe_pool_block b = {ptr, sz, ex.stream, ev};
+        ctx->pool[ctx->pool_count++] = b;
         ctx->pool_bytes += sz;
         return;
     }
-    free(ptr);
+    ctx->backend->mem_free(&ex, ptr, sz); /* the backend frees in stream order */
 }
 
 void moe_mem_trim(moe_context *ctx)
 {
-    for (int32_t i = 0; i < ctx->pool_count; i++) free(ctx->pool[i].ptr);
+    for (int32_t i = 0; i < ctx->pool_count; i++) block_drop(ctx, &ctx->pool[i]);
     ctx->pool_count = 0;
     ctx->pool_bytes = 0;
 }

@@ -101,14 +101,14 @@ static void test_all_to_all_v(moe_comm *c, int use_start)
         for (int64_t b = 0; b < sb[p]; b++) send[so[p] + b] = a2a_val(r, p, b);
     if (use_start) {
         moe_comm_request *req = NULL;
-        CHECK_ST(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req), MOE_OK);
+        CHECK_ST(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req, NULL), MOE_OK);
         /* test until done (it never blocks or frees the request), then wait completes it */
         int32_t done = 0;
         for (int spins = 0; req && !done && spins < 10000000; spins++) CHECK_ST(c->ops->test(c, req, &done), MOE_OK);
         if (req) CHECK(done == 1);
         if (req) CHECK_ST(c->ops->wait(c, req), MOE_OK);
     } else {
-        CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_OK);
+        CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_OK);
     }
     int ok = 1;
     for (int32_t p = 0; p < n; p++) {
@@ -119,13 +119,13 @@ static void test_all_to_all_v(moe_comm *c, int use_start)
     CHECK(ok);
     /* every count zero: NULL buffers */
     for (int32_t p = 0; p < n; p++) sb[p] = rb[p] = 0;
-    CHECK_ST(c->ops->all_to_all_v(c, NULL, sb, so, NULL, rb, ro), MOE_OK);
+    CHECK_ST(c->ops->all_to_all_v(c, NULL, sb, so, NULL, rb, ro, NULL), MOE_OK);
     /* offsets beyond MPI's int range: sent in a larger unit when they are multiples of one (the
      * empty blocks are never touched), rejected with a clear status otherwise (on every rank alike) */
     for (int32_t p = 0; p < n; p++) so[p] = ro[p] = (int64_t)1 << 33;
-    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_OK);
+    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_OK);
     for (int32_t p = 0; p < n; p++) so[p] = ((int64_t)1 << 33) + 1;
-    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     CHECK(c->broken == 0);
     free(send);
     free(recv);
@@ -148,7 +148,7 @@ static void test_all_gather_v(moe_comm *c)
     unsigned char mine[16], *recv = malloc((size_t)total + 1);
     for (int64_t b = 0; b < gather_bytes(r); b++) mine[b] = gather_val(r, b);
     memset(recv, 0xCD, (size_t)total + 1);
-    CHECK_ST(c->ops->all_gather_v(c, gather_bytes(r) ? mine : NULL, gather_bytes(r), recv, rb, ro), MOE_OK);
+    CHECK_ST(c->ops->all_gather_v(c, gather_bytes(r) ? mine : NULL, gather_bytes(r), recv, rb, ro, NULL), MOE_OK);
     int ok = 1;
     for (int32_t p = 0; p < n; p++) {
         for (int64_t b = 0; b < rb[p]; b++)
@@ -157,10 +157,10 @@ static void test_all_gather_v(moe_comm *c)
     }
     CHECK(ok);
     for (int32_t p = 0; p < n; p++) rb[p] = 0;
-    CHECK_ST(c->ops->all_gather_v(c, NULL, 0, NULL, rb, ro), MOE_OK);
+    CHECK_ST(c->ops->all_gather_v(c, NULL, 0, NULL, rb, ro, NULL), MOE_OK);
     /* bad: this rank's block size differs from send_bytes (local check, every rank fails alike) */
     rb[r] = 3;
-    CHECK_ST(c->ops->all_gather_v(c, mine, 2, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->all_gather_v(c, mine, 2, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     free(recv);
     free(rb);
 }
@@ -178,9 +178,9 @@ static void test_all_reduce(moe_comm *c)
         d[i] = (double)(r + 1) * 0.25 * (double)i - (double)r;
         l[i] = ((int64_t)(r + 1) << 40) + (int64_t)i * r - 3;
     }
-    CHECK_ST(c->ops->all_reduce(c, f, COUNT, MOE_DTYPE_FP32), MOE_OK);
-    CHECK_ST(c->ops->all_reduce(c, d, COUNT, MOE_DTYPE_FP64), MOE_OK);
-    CHECK_ST(c->ops->all_reduce(c, l, COUNT, MOE_DTYPE_INT64), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, f, COUNT, MOE_DTYPE_FP32, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, d, COUNT, MOE_DTYPE_FP64, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, l, COUNT, MOE_DTYPE_INT64, NULL), MOE_OK);
     int64_t s1 = (int64_t)n * (n + 1) / 2, s0 = (int64_t)n * (n - 1) / 2;
     int okf = 1, okd = 1, okl = 1;
     for (int i = 0; i < COUNT; i++) {
@@ -191,7 +191,7 @@ static void test_all_reduce(moe_comm *c)
     CHECK(okf);
     CHECK(okd);
     CHECK(okl);
-    CHECK_ST(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP64), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP64, NULL), MOE_OK);
 }
 
 static int64_t rs_count(int32_t p) { return p % 2 == 0 ? p : p + 2; } /* 0, 3, 2, 5, ...: block 0 is empty */
@@ -221,9 +221,9 @@ static void test_reduce_scatter_counts(moe_comm *c, int uniform)
         rf[i] = -1;
         rl[i] = -1;
     }
-    CHECK_ST(c->ops->reduce_scatter(c, sd, rd, counts, MOE_DTYPE_FP64), MOE_OK);
-    CHECK_ST(c->ops->reduce_scatter(c, sf, rf, counts, MOE_DTYPE_FP32), MOE_OK);
-    CHECK_ST(c->ops->reduce_scatter(c, sl, rl, counts, MOE_DTYPE_INT64), MOE_OK);
+    CHECK_ST(c->ops->reduce_scatter(c, sd, rd, counts, MOE_DTYPE_FP64, NULL), MOE_OK);
+    CHECK_ST(c->ops->reduce_scatter(c, sf, rf, counts, MOE_DTYPE_FP32, NULL), MOE_OK);
+    CHECK_ST(c->ops->reduce_scatter(c, sl, rl, counts, MOE_DTYPE_INT64, NULL), MOE_OK);
     int64_t s1 = (int64_t)n * (n + 1) / 2;
     int ok = 1;
     for (int64_t j = 0; j < counts[r]; j++) {
@@ -244,7 +244,7 @@ static void test_reduce_scatter(moe_comm *c)
     test_reduce_scatter_counts(c, 0);
     test_reduce_scatter_counts(c, 1);
     int64_t *zero = calloc((size_t)c->size, sizeof(int64_t));
-    CHECK_ST(c->ops->reduce_scatter(c, NULL, NULL, zero, MOE_DTYPE_FP32), MOE_OK);
+    CHECK_ST(c->ops->reduce_scatter(c, NULL, NULL, zero, MOE_DTYPE_FP32, NULL), MOE_OK);
     free(zero);
 }
 
@@ -256,17 +256,17 @@ static void test_broadcast(moe_comm *c)
         unsigned char buf[64];
         int64_t bytes = 37 + root;
         for (int64_t b = 0; b < 64; b++) buf[b] = r == root ? (unsigned char)(root * 5 + b) : 0;
-        CHECK_ST(c->ops->broadcast(c, buf, bytes, root), MOE_OK);
+        CHECK_ST(c->ops->broadcast(c, buf, bytes, root, NULL), MOE_OK);
         int ok = 1;
         for (int64_t b = 0; b < 64; b++)
             if (buf[b] != (b < bytes || r == root ? (unsigned char)(root * 5 + b) : 0)) ok = 0;
         CHECK(ok);
     }
-    CHECK_ST(c->ops->broadcast(c, NULL, 0, n - 1), MOE_OK);
+    CHECK_ST(c->ops->broadcast(c, NULL, 0, n - 1, NULL), MOE_OK);
     unsigned char x = 0;
-    CHECK_ST(c->ops->broadcast(c, &x, 1, n), MOE_ERR_INVALID_ARGUMENT); /* rejected locally, on every rank */
-    CHECK_ST(c->ops->broadcast(c, &x, 1, -1), MOE_ERR_INVALID_ARGUMENT);
-    CHECK_ST(c->ops->all_reduce(c, &x, 1, 99), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->broadcast(c, &x, 1, n, NULL), MOE_ERR_INVALID_ARGUMENT); /* rejected locally, on every rank */
+    CHECK_ST(c->ops->broadcast(c, &x, 1, -1, NULL), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->all_reduce(c, &x, 1, 99, NULL), MOE_ERR_INVALID_ARGUMENT);
     CHECK(c->broken == 0);
     CHECK_ST(c->ops->barrier(c), MOE_OK);
 }
@@ -298,7 +298,7 @@ static void test_split(moe_comm *world)
         CHECK_ST(moe_comm_kind(par, &v), MOE_OK);
         CHECK(v == MOE_COMM_MPI);
         int64_t sum = r;
-        CHECK_ST(par->ops->all_reduce(par, &sum, 1, MOE_DTYPE_INT64), MOE_OK);
+        CHECK_ST(par->ops->all_reduce(par, &sum, 1, MOE_DTYPE_INT64, NULL), MOE_OK);
         int64_t want = 0;
         for (int32_t q = r % 2; q < n; q += 2) want += q;
         CHECK(sum == want);
@@ -326,7 +326,7 @@ static void test_split(moe_comm *world)
             rb[p] = sizeof(int32_t);
             ro[p] = p * (int64_t)sizeof(int32_t);
         }
-        CHECK_ST(rev->ops->all_gather_v(rev, &r, sizeof r, ranks, rb, ro), MOE_OK);
+        CHECK_ST(rev->ops->all_gather_v(rev, &r, sizeof r, ranks, rb, ro, NULL), MOE_OK);
         int ok = 1;
         for (int32_t p = 0; p < n; p++)
             if (ranks[p] != n - 1 - p) ok = 0;
@@ -367,7 +367,7 @@ static void test_host_comms(void)
         }
         CHECK(c->rank == want_rank && c->size == want_size);
         int64_t x = 1;
-        CHECK_ST(c->ops->all_reduce(c, &x, 1, MOE_DTYPE_INT64), MOE_OK);
+        CHECK_ST(c->ops->all_reduce(c, &x, 1, MOE_DTYPE_INT64, NULL), MOE_OK);
         CHECK(x == c->size);
         moe_comm_destroy(c);
     }
@@ -396,7 +396,7 @@ static int fault_nojoin(void)
     char why[1200] = "";
     if (c->rank == 0) {
         double t0 = now_s();
-        int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64);
+        int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64, NULL);
         double dt = now_s() - t0;
         char msg[1024];
         moe_context_last_error(g_ctx, msg, sizeof msg);
@@ -418,7 +418,7 @@ static int fault_nojoin(void)
         fflush(stdout);
     } else {
         sleep_s(timeout_ms / 1000.0 + 2.0); /* never join in time */
-        int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64); /* late: completes or times out */
+        int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64, NULL); /* late: completes or times out */
         printf("rank 1: the late all_reduce returned %s\n", moe_status_name(st));
     }
     moe_comm_destroy(c);
@@ -439,7 +439,7 @@ static int fault_exit(void)
     sleep_s(0.3); /* let the peer die first */
     double buf[4] = {1, 2, 3, 4};
     double t0 = now_s();
-    int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64);
+    int32_t st = c->ops->all_reduce(c, buf, 4, MOE_DTYPE_FP64, NULL);
     double dt = now_s() - t0;
     char msg[1024], why[1200] = "";
     moe_context_last_error(g_ctx, msg, sizeof msg);

@@ -72,7 +72,7 @@ static void test_collectives(moe_comm *c)
 
     /* all_to_all_v: the block to self, at offsets */
     int64_t sb[1] = {20}, so[1] = {4}, rb[1] = {20}, ro[1] = {30};
-    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_OK);
+    CHECK_ST(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_OK);
     to_host(back, recv, 64);
     int ok = 1;
     for (int i = 0; i < 64; i++)
@@ -80,21 +80,21 @@ static void test_collectives(moe_comm *c)
     CHECK(ok);
     moe_comm_request *req = NULL;
     cudaMemset(recv, 0, 64);
-    CHECK_ST(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req), MOE_OK);
+    CHECK_ST(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req, NULL), MOE_OK);
     if (req) CHECK_ST(c->ops->wait(c, req), MOE_OK);
     to_host(back, recv, 64);
     CHECK(back[30] == h[4] && back[49] == h[23]);
     /* host pointers are rejected */
-    CHECK_ST(c->ops->all_to_all_v(c, h, sb, so, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->all_to_all_v(c, h, sb, so, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
 
     /* all_gather_v: back to back (ncclAllGather) and at an offset (broadcasts) */
     int64_t gb[1] = {16}, go[1] = {0}, go8[1] = {8};
     cudaMemset(recv, 0, 64);
-    CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go), MOE_OK);
+    CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go, NULL), MOE_OK);
     to_host(back, recv, 64);
     CHECK(memcmp(back, h, 16) == 0 && back[16] == 0);
     cudaMemset(recv, 0, 64);
-    CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go8), MOE_OK);
+    CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go8, NULL), MOE_OK);
     to_host(back, recv, 64);
     CHECK(back[7] == 0 && memcmp(back + 8, h, 16) == 0 && back[24] == 0);
 
@@ -105,29 +105,29 @@ static void test_collectives(moe_comm *c)
     int64_t *dev_l = dev_alloc(sizeof l);
     to_dev(dev_d, d, sizeof d);
     to_dev(dev_l, l, sizeof l);
-    CHECK_ST(c->ops->all_reduce(c, dev_d, 6, MOE_DTYPE_FP64), MOE_OK);
-    CHECK_ST(c->ops->all_reduce(c, dev_l, 3, MOE_DTYPE_INT64), MOE_OK);
-    CHECK_ST(c->ops->all_reduce(c, dev_d, 3, MOE_DTYPE_FP32), MOE_OK); /* reinterprets 12 bytes: still the identity */
+    CHECK_ST(c->ops->all_reduce(c, dev_d, 6, MOE_DTYPE_FP64, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, dev_l, 3, MOE_DTYPE_INT64, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, dev_d, 3, MOE_DTYPE_FP32, NULL), MOE_OK); /* reinterprets 12 bytes: still the identity */
     to_host(dd, dev_d, sizeof d);
     to_host(ll, dev_l, sizeof l);
     CHECK(memcmp(dd, d, sizeof d) == 0);
     CHECK(memcmp(ll, l, sizeof l) == 0);
     int64_t counts[1] = {6};
-    CHECK_ST(c->ops->reduce_scatter(c, dev_d, dev_r, counts, MOE_DTYPE_FP64), MOE_OK);
+    CHECK_ST(c->ops->reduce_scatter(c, dev_d, dev_r, counts, MOE_DTYPE_FP64, NULL), MOE_OK);
     to_host(dd, dev_r, sizeof d);
     CHECK(memcmp(dd, d, sizeof d) == 0);
 
     /* broadcast, barrier, zero-byte calls */
-    CHECK_ST(c->ops->broadcast(c, send, 64, 0), MOE_OK);
+    CHECK_ST(c->ops->broadcast(c, send, 64, 0, NULL), MOE_OK);
     to_host(back, send, 64);
     CHECK(memcmp(back, h, 64) == 0);
-    CHECK_ST(c->ops->broadcast(c, send, 64, 1), MOE_ERR_INVALID_ARGUMENT);
+    CHECK_ST(c->ops->broadcast(c, send, 64, 1, NULL), MOE_ERR_INVALID_ARGUMENT);
     CHECK_ST(c->ops->barrier(c), MOE_OK);
     int64_t z[1] = {0};
-    CHECK_ST(c->ops->all_to_all_v(c, NULL, z, z, NULL, z, z), MOE_OK);
-    CHECK_ST(c->ops->all_gather_v(c, NULL, 0, NULL, z, z), MOE_OK);
-    CHECK_ST(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP32), MOE_OK);
-    CHECK_ST(c->ops->broadcast(c, NULL, 0, 0), MOE_OK);
+    CHECK_ST(c->ops->all_to_all_v(c, NULL, z, z, NULL, z, z, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_gather_v(c, NULL, 0, NULL, z, z, NULL), MOE_OK);
+    CHECK_ST(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP32, NULL), MOE_OK);
+    CHECK_ST(c->ops->broadcast(c, NULL, 0, 0, NULL), MOE_OK);
     CHECK(c->broken == 0);
     cudaFree(send);
     cudaFree(recv);

@@ -134,21 +134,21 @@ START_TEST(test_self_all_to_all_v)
     for (int i = 0; i < 16; i++) send[i] = (unsigned char)(i + 1);
     memset(recv, 0xEE, sizeof recv);
     int64_t sb[1] = {5}, so[1] = {3}, rb[1] = {5}, ro[1] = {9};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_OK);
     for (int i = 0; i < 16; i++) ck_assert_uint_eq(recv[i], (i >= 9 && i < 14) ? (unsigned)(i - 9 + 4) : 0xEEu);
 
     /* zero bytes: NULL buffers are fine */
     int64_t z[1] = {0};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, NULL, z, z, NULL, z, z), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, NULL, z, z, NULL, z, z, NULL), MOE_OK);
     /* in place (same block) */
     int64_t off0[1] = {0};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, off0, send, rb, off0), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, off0, send, rb, off0, NULL), MOE_OK);
     ck_assert_uint_eq(send[0], 1);
 
     /* non-blocking form */
     moe_comm_request *req = NULL;
     memset(recv, 0, sizeof recv);
-    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req, NULL), MOE_OK);
     ck_assert_ptr_nonnull(req);
     /* test: a self exchange is complete at start; test never frees the request, wait does */
     int32_t done = 0;
@@ -160,25 +160,25 @@ START_TEST(test_self_all_to_all_v)
     ck_assert_uint_eq(recv[9], 4);
     ck_assert_int_eq(c->ops->wait(c, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "req");
-    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, NULL, NULL), MOE_ERR_INVALID_ARGUMENT);
 
     /* bad arguments */
     int64_t rb4[1] = {4};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb4, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb4, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_bytes[0]");
     int64_t neg[1] = {-1};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, neg, so, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, neg, so, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "send_bytes[0]");
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, neg, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, neg, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "send_offsets[0]");
-    ck_assert_int_eq(c->ops->all_to_all_v(c, NULL, sb, so, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, NULL, sb, so, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "send is NULL");
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, NULL, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, NULL, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_bytes");
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, NULL), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, NULL, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_offsets");
     int64_t huge[1] = {INT64_MAX};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, huge, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, huge, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     ck_assert_int_eq(c->broken, 0); /* argument errors do not break the comm */
     moe_comm_destroy(c);
     moe_context_destroy(ctx);
@@ -191,15 +191,15 @@ START_TEST(test_self_all_gather_v)
     moe_comm *c = make_self(ctx);
     double send[3] = {1.5, -2, 7}, recv[5] = {0, 0, 0, 0, 0};
     int64_t rb[1] = {sizeof send}, ro[1] = {2 * sizeof(double)};
-    ck_assert_int_eq(c->ops->all_gather_v(c, send, sizeof send, recv, rb, ro), MOE_OK);
+    ck_assert_int_eq(c->ops->all_gather_v(c, send, sizeof send, recv, rb, ro, NULL), MOE_OK);
     ck_assert(recv[0] == 0 && recv[1] == 0 && recv[2] == 1.5 && recv[3] == -2 && recv[4] == 7);
     int64_t z[1] = {0};
-    ck_assert_int_eq(c->ops->all_gather_v(c, NULL, 0, NULL, z, z), MOE_OK);
-    ck_assert_int_eq(c->ops->all_gather_v(c, send, 8, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_gather_v(c, NULL, 0, NULL, z, z, NULL), MOE_OK);
+    ck_assert_int_eq(c->ops->all_gather_v(c, send, 8, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_bytes[0]");
-    ck_assert_int_eq(c->ops->all_gather_v(c, send, -1, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_gather_v(c, send, -1, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "send_bytes");
-    ck_assert_int_eq(c->ops->all_gather_v(c, NULL, 24, recv, rb, ro), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_gather_v(c, NULL, 24, recv, rb, ro, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "send is NULL");
     moe_comm_destroy(c);
     moe_context_destroy(ctx);
@@ -213,36 +213,36 @@ START_TEST(test_self_reductions)
     float f[3] = {1, 2, 3};
     double d[2] = {0.25, -4};
     int64_t l[2] = {INT64_MAX, -5};
-    ck_assert_int_eq(c->ops->all_reduce(c, f, 3, MOE_DTYPE_FP32), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, f, 3, MOE_DTYPE_FP32, NULL), MOE_OK);
     ck_assert(f[0] == 1 && f[1] == 2 && f[2] == 3);
-    ck_assert_int_eq(c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64, NULL), MOE_OK);
     ck_assert(d[0] == 0.25 && d[1] == -4);
-    ck_assert_int_eq(c->ops->all_reduce(c, l, 2, MOE_DTYPE_INT64), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, l, 2, MOE_DTYPE_INT64, NULL), MOE_OK);
     ck_assert(l[0] == INT64_MAX && l[1] == -5);
-    ck_assert_int_eq(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP32), MOE_OK);
-    ck_assert_int_eq(c->ops->all_reduce(c, f, 3, MOE_DTYPE_BF16), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_reduce(c, NULL, 0, MOE_DTYPE_FP32, NULL), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, f, 3, MOE_DTYPE_BF16, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "dtype");
-    ck_assert_int_eq(c->ops->all_reduce(c, f, -1, MOE_DTYPE_FP32), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_reduce(c, f, -1, MOE_DTYPE_FP32, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "count");
-    ck_assert_int_eq(c->ops->all_reduce(c, NULL, 3, MOE_DTYPE_FP32), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_reduce(c, NULL, 3, MOE_DTYPE_FP32, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "buf");
-    ck_assert_int_eq(c->ops->all_reduce(c, f, INT64_MAX / 2, MOE_DTYPE_FP64), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->all_reduce(c, f, INT64_MAX / 2, MOE_DTYPE_FP64, NULL), MOE_ERR_INVALID_ARGUMENT);
 
     /* reduce_scatter: recv <- block 0 of send */
     double send[4] = {1, 2, 3, 4}, recv[4] = {0, 0, 0, 0};
     int64_t counts[1] = {4};
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, counts, MOE_DTYPE_FP64), MOE_OK);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, counts, MOE_DTYPE_FP64, NULL), MOE_OK);
     ck_assert(recv[0] == 1 && recv[3] == 4);
     int64_t zero[1] = {0};
-    ck_assert_int_eq(c->ops->reduce_scatter(c, NULL, NULL, zero, MOE_DTYPE_FP32), MOE_OK);
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send, send + 1, counts, MOE_DTYPE_FP64), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, NULL, NULL, zero, MOE_DTYPE_FP32, NULL), MOE_OK);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send, send + 1, counts, MOE_DTYPE_FP64, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "overlaps");
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, NULL, MOE_DTYPE_FP64), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, NULL, MOE_DTYPE_FP64, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_counts");
     int64_t negc[1] = {-2};
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, negc, MOE_DTYPE_FP64), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, negc, MOE_DTYPE_FP64, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "recv_counts[0]");
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, counts, 77), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send, recv, counts, 77, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "dtype");
     moe_comm_destroy(c);
     moe_context_destroy(ctx);
@@ -254,12 +254,12 @@ START_TEST(test_self_broadcast_barrier_split)
     moe_context *ctx = make_ctx();
     moe_comm *c = make_self(ctx);
     char buf[4] = "abc";
-    ck_assert_int_eq(c->ops->broadcast(c, buf, 4, 0), MOE_OK);
+    ck_assert_int_eq(c->ops->broadcast(c, buf, 4, 0, NULL), MOE_OK);
     ck_assert_str_eq(buf, "abc");
-    ck_assert_int_eq(c->ops->broadcast(c, NULL, 0, 0), MOE_OK);
-    ck_assert_int_eq(c->ops->broadcast(c, buf, 4, 1), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->broadcast(c, NULL, 0, 0, NULL), MOE_OK);
+    ck_assert_int_eq(c->ops->broadcast(c, buf, 4, 1, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "root");
-    ck_assert_int_eq(c->ops->broadcast(c, buf, -4, 0), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->broadcast(c, buf, -4, 0, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "bytes");
     ck_assert_int_eq(c->ops->barrier(c), MOE_OK);
 
@@ -445,13 +445,13 @@ START_TEST(test_hooks_two_rank_world)
     unsigned char send[8] = {0, 0, 11, 12, 13, 0, 0, 0}, recv[10];
     memset(recv, 0, sizeof recv);
     int64_t sb[2] = {0, 3}, so[2] = {0, 2}, rb[2] = {4, 3}, ro[2] = {0, 6};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, sb, so, recv, rb, ro, NULL), MOE_OK);
     ck_assert_ptr_eq(w.user_seen, &w);
     for (int b = 0; b < 4; b++) ck_assert_uint_eq(recv[b], pattern(0, 1, b));
     ck_assert_uint_eq(recv[6], 11);
     ck_assert_uint_eq(recv[8], 13);
     moe_comm_request *req = NULL;
-    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req, NULL), MOE_OK);
     int32_t done = 0; /* the hook ran inside start: test reports it done without calling it again */
     ck_assert_int_eq(c->ops->test(c, req, &done), MOE_OK);
     ck_assert_int_eq(done, 1);
@@ -461,24 +461,24 @@ START_TEST(test_hooks_two_rank_world)
     /* all_gather_v */
     unsigned char mine[2] = {7, 8}, all[5];
     int64_t gb[2] = {3, 2}, go[2] = {2, 0};
-    ck_assert_int_eq(c->ops->all_gather_v(c, mine, 2, all, gb, go), MOE_OK);
+    ck_assert_int_eq(c->ops->all_gather_v(c, mine, 2, all, gb, go, NULL), MOE_OK);
     ck_assert_uint_eq(all[0], 7);
     ck_assert_uint_eq(all[1], 8);
     for (int b = 0; b < 3; b++) ck_assert_uint_eq(all[2 + b], pattern(0, 0, b));
 
     /* all_reduce, each dtype */
     float f[2] = {1, 2};
-    ck_assert_int_eq(c->ops->all_reduce(c, f, 2, MOE_DTYPE_FP32), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, f, 2, MOE_DTYPE_FP32, NULL), MOE_OK);
     ck_assert(f[0] == 101 && f[1] == 202);
     int64_t l[3] = {1, 2, 3};
-    ck_assert_int_eq(c->ops->all_reduce(c, l, 3, MOE_DTYPE_INT64), MOE_OK);
+    ck_assert_int_eq(c->ops->all_reduce(c, l, 3, MOE_DTYPE_INT64, NULL), MOE_OK);
     ck_assert(l[0] == 101 && l[2] == 303);
 
     /* reduce_scatter: blocks of 2 (rank 0) and 3 (rank 1) elements; this rank gets elements 2..4 of
      * the all-reduced copy; send is not modified */
     double send_d[5] = {1, 2, 3, 4, 5}, recv_d[3] = {0, 0, 0};
     int64_t counts[2] = {2, 3};
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send_d, recv_d, counts, MOE_DTYPE_FP64), MOE_OK);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send_d, recv_d, counts, MOE_DTYPE_FP64, NULL), MOE_OK);
     ck_assert(recv_d[0] == 3 + 300 && recv_d[1] == 4 + 400 && recv_d[2] == 5 + 500);
     ck_assert(send_d[0] == 1 && send_d[4] == 5);
     ck_assert_int_eq(w.last_count, 5);
@@ -491,16 +491,16 @@ START_TEST(test_hooks_two_rank_world)
     ck_assert_int_ge(ms.peak_bytes[MOE_MEM_COMM], 5 * 8); /* and charged to MOE_MEM_COMM */
     int64_t zc[2] = {0, 0};
     int before = w.calls_reduce;
-    ck_assert_int_eq(c->ops->reduce_scatter(c, NULL, NULL, zc, MOE_DTYPE_FP32), MOE_OK);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, NULL, NULL, zc, MOE_DTYPE_FP32, NULL), MOE_OK);
     ck_assert_int_eq(w.calls_reduce, before); /* nothing to reduce: no call */
     int64_t zmine[2] = {2, 0};
-    ck_assert_int_eq(c->ops->reduce_scatter(c, send_d, NULL, zmine, MOE_DTYPE_FP64), MOE_OK);
+    ck_assert_int_eq(c->ops->reduce_scatter(c, send_d, NULL, zmine, MOE_DTYPE_FP64, NULL), MOE_OK);
 
     /* broadcast from the peer, and from this rank */
     unsigned char bb[4] = {1, 2, 3, 4};
-    ck_assert_int_eq(c->ops->broadcast(c, bb, 4, 0), MOE_OK);
+    ck_assert_int_eq(c->ops->broadcast(c, bb, 4, 0, NULL), MOE_OK);
     ck_assert_uint_eq(bb[3], pattern(0, 0, 3));
-    ck_assert_int_eq(c->ops->broadcast(c, bb, 4, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(c->ops->broadcast(c, bb, 4, 2, NULL), MOE_ERR_INVALID_ARGUMENT);
     expect_msg(ctx, MOE_ERR_INVALID_ARGUMENT, "root");
     ck_assert_int_eq(c->ops->barrier(c), MOE_OK);
     ck_assert_int_eq(w.calls_barrier, 1);
@@ -530,7 +530,7 @@ START_TEST(test_hooks_one_rank_identity)
     ck_assert_int_eq(moe_comm_create_hooks(ctx, NULL, &h, &c), MOE_OK);
     unsigned char send[3] = {1, 2, 3}, recv[3] = {0, 0, 0};
     int64_t b[1] = {3}, o[1] = {0};
-    ck_assert_int_eq(c->ops->all_to_all_v(c, send, b, o, recv, b, o), MOE_OK);
+    ck_assert_int_eq(c->ops->all_to_all_v(c, send, b, o, recv, b, o, NULL), MOE_OK);
     ck_assert(memcmp(send, recv, 3) == 0);
     ck_assert_int_eq(c->ops->barrier(c), MOE_OK);
     ck_assert_int_eq(w.calls_reduce, 1);
@@ -556,11 +556,11 @@ START_TEST(test_hook_failure_breaks_comm)
     int32_t st = MOE_OK;
     const char *name = "";
     switch (_i) {
-    case 0: st = c->ops->all_to_all_v(c, buf, b, o, buf + 4, b, o); name = "all_to_all_v"; break;
-    case 1: st = c->ops->all_gather_v(c, buf, 1, buf + 4, b, o); name = "all_gather_v"; break;
-    case 2: st = c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64); name = "all_reduce"; break;
-    case 3: st = c->ops->reduce_scatter(c, d, r, counts, MOE_DTYPE_FP64); name = "all_reduce (for reduce_scatter)"; break;
-    case 4: st = c->ops->broadcast(c, buf, 8, 1); name = "broadcast"; break;
+    case 0: st = c->ops->all_to_all_v(c, buf, b, o, buf + 4, b, o, NULL); name = "all_to_all_v"; break;
+    case 1: st = c->ops->all_gather_v(c, buf, 1, buf + 4, b, o, NULL); name = "all_gather_v"; break;
+    case 2: st = c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64, NULL); name = "all_reduce"; break;
+    case 3: st = c->ops->reduce_scatter(c, d, r, counts, MOE_DTYPE_FP64, NULL); name = "all_reduce (for reduce_scatter)"; break;
+    case 4: st = c->ops->broadcast(c, buf, 8, 1, NULL); name = "broadcast"; break;
     default: st = c->ops->barrier(c); name = "barrier"; break;
     }
     ck_assert_int_eq(st, MOE_ERR_CALLBACK);
@@ -577,7 +577,7 @@ START_TEST(test_hook_failure_breaks_comm)
     int calls = w.calls_a2a + w.calls_gather + w.calls_reduce + w.calls_bcast + w.calls_barrier;
     ck_assert_int_eq(c->ops->barrier(c), MOE_ERR_COMM);
     expect_msg(ctx, MOE_ERR_COMM, "unusable");
-    ck_assert_int_eq(c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64), MOE_ERR_COMM);
+    ck_assert_int_eq(c->ops->all_reduce(c, d, 2, MOE_DTYPE_FP64, NULL), MOE_ERR_COMM);
     ck_assert_int_eq(w.calls_a2a + w.calls_gather + w.calls_reduce + w.calls_bcast + w.calls_barrier, calls);
     moe_comm_destroy(c);
     ck_assert_int_eq(w.releases, 1);

@@ -18,7 +18,7 @@ int32_t cpu_permute_f32(const moe_exec *ex, int64_t R, int64_t H, const void *x,
 int32_t cpu_unpermute_f32(const moe_exec *ex, int64_t T, int32_t K, int64_t H, const void *rows,
                           const int64_t *slot_row, int32_t accumulate, void *y);
 
-static const moe_exec EX1 = {1, NULL}, EX2 = {2, NULL};
+static const moe_exec EX1 = {.num_threads = 1}, EX2 = {.num_threads = 2};
 
 /* Row indices and offsets are 64-bit (T*K*H can exceed 2^31). */
 _Static_assert(sizeof(*((moe_dispatch_plan *)0)->expert_offsets) == 8, "expert_offsets must be int64");
@@ -43,12 +43,15 @@ static void plan_alloc(plan_buf *b, int32_t E, int64_t T, int32_t K, int64_t C)
     b->prob = calloc((size_t)rmax, 8);
     b->p.row_prob = b->prob;
     b->p.slot_row = calloc((size_t)(T * K > 0 ? T * K : 1), 8);
+    b->p.dropped = calloc((size_t)(T * K > 0 ? T * K : 1), 1);
+    b->p.stats = calloc(3, 8);
 }
 
 static void plan_free(plan_buf *b)
 {
     free(b->p.tokens_per_expert), free(b->p.kept_per_expert), free(b->p.expert_offsets);
     free(b->p.row_token), free(b->prob), free(b->p.slot_row);
+    free(b->p.dropped), free(b->p.stats);
 }
 
 /* Reference planner, written from MATH.md §4 directly (O(n^2)): assignment a of expert e is kept if fewer
@@ -99,9 +102,9 @@ static void check_plan(const moe_dispatch_plan *p, int32_t E, int32_t K, int64_t
         pad_total += rows_e - kept;
     }
     ck_assert_int_eq(p->expert_offsets[E], row);
-    ck_assert_int_eq(p->num_rows, row);
-    ck_assert_int_eq(p->dropped, T * K - kept_total);
-    ck_assert_int_eq(p->padded, pad_total);
+    ck_assert_int_eq(p->stats[0], row);
+    ck_assert_int_eq(p->stats[1], T * K - kept_total);
+    ck_assert_int_eq(p->stats[2], pad_total);
 }
 
 START_TEST(test_plan_small_dropless)
@@ -118,7 +121,7 @@ START_TEST(test_plan_small_dropless)
     for (int i = 0; i < 8; i++) ck_assert_int_eq(b.p.slot_row[i], slot[i]);
     ck_assert_double_eq(b.prob[0], .4); ck_assert_double_eq(b.prob[4], .6);
     ck_assert_int_eq(b.p.tokens_per_expert[1], 0);
-    ck_assert_int_eq(b.p.num_rows, 8); ck_assert_int_eq(b.p.dropped, 0); ck_assert_int_eq(b.p.padded, 0);
+    ck_assert_int_eq(b.p.stats[0], 8); ck_assert_int_eq(b.p.stats[1], 0); ck_assert_int_eq(b.p.stats[2], 0);
     check_plan(&b.p, 3, 2, 4, idx, pr, -1, MOE_DROP_PROBS, 1); /* pad is ignored without a capacity */
     plan_free(&b);
 }
@@ -133,7 +136,7 @@ START_TEST(test_plan_capacity_ties)
     plan_alloc(&b, 2, 6, 1, 4);
     /* probs, C = 2: three tokens tie at 0.5 -> the earlier tokens 1 and 2 stay */
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, 2, 1, 6, idx, pr, 2, MOE_DROP_PROBS, 0, &b.p), MOE_OK);
-    ck_assert_int_eq(b.p.num_rows, 2); ck_assert_int_eq(b.p.dropped, 4);
+    ck_assert_int_eq(b.p.stats[0], 2); ck_assert_int_eq(b.p.stats[1], 4);
     ck_assert_int_eq(b.p.row_token[0], 1); ck_assert_int_eq(b.p.row_token[1], 2);
     ck_assert_int_eq(b.p.slot_row[4], -1); ck_assert_int_eq(b.p.slot_row[0], -1);
     check_plan(&b.p, 2, 1, 6, idx, pr, 2, MOE_DROP_PROBS, 0);
@@ -148,13 +151,13 @@ START_TEST(test_plan_capacity_ties)
     check_plan(&b.p, 2, 1, 6, idx, pr, 2, MOE_DROP_POSITION, 0);
     /* padded, C = 3: expert 0 keeps 3, expert 1 is all padding */
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, 2, 1, 6, idx, pr, 3, MOE_DROP_PROBS, 1, &b.p), MOE_OK);
-    ck_assert_int_eq(b.p.num_rows, 6); ck_assert_int_eq(b.p.padded, 3); ck_assert_int_eq(b.p.dropped, 3);
+    ck_assert_int_eq(b.p.stats[0], 6); ck_assert_int_eq(b.p.stats[2], 3); ck_assert_int_eq(b.p.stats[1], 3);
     for (int r = 3; r < 6; r++) ck_assert_int_eq(b.p.row_token[r], -1);
     check_plan(&b.p, 2, 1, 6, idx, pr, 3, MOE_DROP_PROBS, 1);
     /* C = 0: everything dropped, with or without padding */
     for (int pad = 0; pad < 2; pad++) {
         ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, 2, 1, 6, idx, pr, 0, MOE_DROP_PROBS, pad, &b.p), MOE_OK);
-        ck_assert_int_eq(b.p.num_rows, 0); ck_assert_int_eq(b.p.dropped, 6);
+        ck_assert_int_eq(b.p.stats[0], 0); ck_assert_int_eq(b.p.stats[1], 6);
         check_plan(&b.p, 2, 1, 6, idx, pr, 0, MOE_DROP_PROBS, pad);
     }
     plan_free(&b);
@@ -189,11 +192,11 @@ START_TEST(test_plan_random_vs_reference)
                 float *rp = malloc((size_t)(T * K > E * caps[ci] ? T * K : E * caps[ci]) * sizeof *rp + 4);
                 bf.p.row_prob = rp;
                 ck_assert_int_eq(cpu_dispatch_plan_f32(&EX1, E, K, T, idx, prf, caps[ci], policy, pad, &bf.p), MOE_OK);
-                ck_assert_int_eq(bf.p.num_rows, b.p.num_rows);
-                ck_assert_int_eq(memcmp(bf.p.row_token, b.p.row_token, (size_t)b.p.num_rows * 8), 0);
+                ck_assert_int_eq(bf.p.stats[0], b.p.stats[0]);
+                ck_assert_int_eq(memcmp(bf.p.row_token, b.p.row_token, (size_t)b.p.stats[0] * 8), 0);
                 ck_assert_int_eq(memcmp(bf.p.slot_row, b.p.slot_row, (size_t)(T * K) * 8), 0);
                 ck_assert_int_eq(memcmp(bf.p.expert_offsets, b.p.expert_offsets, (size_t)(E + 1) * 8), 0);
-                for (int64_t r = 0; r < b.p.num_rows; r++) ck_assert_double_eq(rp[r], b.prob[r]);
+                for (int64_t r = 0; r < b.p.stats[0]; r++) ck_assert_double_eq(rp[r], b.prob[r]);
                 free(rp);
                 plan_free(&b), plan_free(&bf);
             }
@@ -203,7 +206,7 @@ START_TEST(test_plan_random_vs_reference)
     plan_alloc(&c, E, T, K, T);
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, E, K, T, idx, pr, -1, MOE_DROP_PROBS, 0, &d.p), MOE_OK);
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, E, K, T, idx, pr, T, MOE_DROP_PROBS, 0, &c.p), MOE_OK);
-    ck_assert_int_eq(c.p.num_rows, T * K);
+    ck_assert_int_eq(c.p.stats[0], T * K);
     ck_assert_int_eq(memcmp(c.p.row_token, d.p.row_token, (size_t)(T * K) * 8), 0);
     ck_assert_int_eq(memcmp(c.p.slot_row, d.p.slot_row, (size_t)(T * K) * 8), 0);
     plan_free(&d), plan_free(&c);
@@ -215,13 +218,13 @@ START_TEST(test_plan_empty_and_invalid)
     plan_buf b;
     plan_alloc(&b, 4, 0, 2, 0);
     /* T = 0: all counts and offsets zero, no rows; NULL idx/probs fine */
-    b.p.num_rows = b.p.dropped = b.p.padded = 99;
+    b.p.stats[0] = b.p.stats[1] = b.p.stats[2] = 99;
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, 4, 2, 0, NULL, NULL, -1, MOE_DROP_PROBS, 0, &b.p), MOE_OK);
-    ck_assert_int_eq(b.p.num_rows, 0); ck_assert_int_eq(b.p.dropped, 0); ck_assert_int_eq(b.p.padded, 0);
+    ck_assert_int_eq(b.p.stats[0], 0); ck_assert_int_eq(b.p.stats[1], 0); ck_assert_int_eq(b.p.stats[2], 0);
     for (int e = 0; e <= 4; e++) ck_assert_int_eq(b.p.expert_offsets[e], 0);
     for (int e = 0; e < 4; e++) ck_assert_int_eq(b.p.tokens_per_expert[e], 0);
     ck_assert_int_eq(cpu_dispatch_plan_f64(&EX1, 4, 2, 0, NULL, NULL, 0, MOE_DROP_POSITION, 1, &b.p), MOE_OK);
-    ck_assert_int_eq(b.p.num_rows, 0);
+    ck_assert_int_eq(b.p.stats[0], 0);
     plan_free(&b);
     /* out-of-range expert ids are rejected before anything is written */
     const int32_t bad_hi[4] = {0, 1, 4, 2}, bad_lo[4] = {0, -1, 3, 2}, ok[4] = {0, 1, 3, 2};
@@ -271,7 +274,7 @@ START_TEST(test_permute_unpermute_roundtrip)
         plan_buf b;
         plan_alloc(&b, E, T, K, C);
         ck_assert_int_eq(cpu_dispatch_plan_f64(&EX2, E, K, T, idx, pr, pad ? C : -1, MOE_DROP_PROBS, pad, &b.p), MOE_OK);
-        const int64_t R = b.p.num_rows;
+        const int64_t R = b.p.stats[0];
         ck_assert_int_eq(R, pad ? E * C : T * K);
         for (int64_t i = 0; i < R * H; i++) xp[i] = NAN;
         ck_assert_int_eq(cpu_permute_f64(&EX2, R, H, x, b.p.row_token, xp), MOE_OK);

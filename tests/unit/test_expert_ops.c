@@ -29,7 +29,7 @@ int32_t cpu_act_bwd_f32(const moe_exec *ex, int32_t activation, int64_t n, int64
 int32_t cpu_convert_f32(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
                         int32_t dst_dtype);
 
-static const moe_exec EX1 = {1, NULL}, EX2 = {2, NULL};
+static const moe_exec EX1 = {.num_threads = 1}, EX2 = {.num_threads = 2};
 
 static double *dalloc(size_t n) { double *p = malloc((n ? n : 1) * sizeof *p); ck_assert_ptr_nonnull(p); return p; }
 static float *falloc(size_t n) { float *p = malloc((n ? n : 1) * sizeof *p); ck_assert_ptr_nonnull(p); return p; }

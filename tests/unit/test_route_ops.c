@@ -24,8 +24,8 @@ int32_t cpu_zloss_fwd_f32(const moe_exec *ex, int32_t E, int64_t T, const void *
 int32_t cpu_zloss_bwd_f32(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double coef,
                           void *dlogits);
 
-static const moe_exec EX1 = {1, NULL};
-static const moe_exec EX2 = {2, NULL};
+static const moe_exec EX1 = {.num_threads = 1};
+static const moe_exec EX2 = {.num_threads = 2};
 
 static moe_route_params rp_make(int32_t E, int32_t K, int32_t sf, int32_t G, int32_t M, double gamma)
 {
@@ -437,7 +437,7 @@ START_TEST(test_threads_bitwise)
     tu_fill_uniform_f(l, T * E, 3, -4, 4);
     tu_fill_uniform_f(bias, E, 4, -0.2, 0.2);
     tu_fill_uniform_d(coef, T * E, 5, -1, 1);
-    const moe_exec ex3 = {3, NULL};
+    const moe_exec ex3 = {.num_threads = 3};
     for (int32_t sf = 0; sf < 4; sf++) {
         moe_route_params rp = rp_make(E, K, sf, 8, 4, 2.0);
         const float *b = sf >= 2 ? bias : NULL;

@@ -80,9 +80,11 @@ int32_t MOE_R(cpu_dispatch_plan)(const moe_exec *ex, int32_t E, int32_t K, int64
     const int padded = !dropless && pad;
     const int64_t C = capacity, EC = dropless ? 0 : (int64_t)E * capacity;
     const int64_t R_max = dropless ? TK : padded ? EC : (TK < EC ? TK : EC);
-    if (plan->tokens_per_expert == NULL || plan->kept_per_expert == NULL || plan->expert_offsets == NULL)
+    if (plan->tokens_per_expert == NULL || plan->kept_per_expert == NULL || plan->expert_offsets == NULL ||
+        plan->stats == NULL)
         return MOE_ERR_INVALID_ARGUMENT;
-    if (TK > 0 && (idx == NULL || probs == NULL || plan->slot_row == NULL)) return MOE_ERR_INVALID_ARGUMENT;
+    if (TK > 0 && (idx == NULL || probs == NULL || plan->slot_row == NULL || plan->dropped == NULL))
+        return MOE_ERR_INVALID_ARGUMENT;
     if (R_max > 0 && (plan->row_token == NULL || plan->row_prob == NULL)) return MOE_ERR_INVALID_ARGUMENT;
     for (int64_t a = 0; a < TK; a++)
         if (idx[a] < 0 || idx[a] >= E) return MOE_ERR_INVALID_ARGUMENT; /* checked before any write */
@@ -145,9 +147,10 @@ int32_t MOE_R(cpu_dispatch_plan)(const moe_exec *ex, int32_t E, int32_t K, int64
         row_token[r] = a / K;
         row_prob[r] = p[a];
     }
-    plan->num_rows = rows;
-    plan->dropped = TK - kept_total;
-    plan->padded = pad_total;
+    for (int64_t a = 0; a < TK; a++) plan->dropped[a] = scratch[a] < 0;
+    plan->stats[0] = rows;
+    plan->stats[1] = TK - kept_total;
+    plan->stats[2] = pad_total;
     return MOE_OK;
 }
 

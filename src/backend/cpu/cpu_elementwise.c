@@ -122,3 +122,112 @@ int32_t MOE_R(cpu_axpby)(const moe_exec *ex, int64_t n, double alpha, const void
     }
     return MOE_OK;
 }
+
+/* y = sigma(x), in the form that never overflows exp. */
+int32_t MOE_R(cpu_sigmoid_fwd)(const moe_exec *ex, int64_t n, const void *x, void *y)
+{
+    if (ex == NULL || n < 0) return MOE_ERR_INVALID_ARGUMENT;
+    if (n == 0) return MOE_OK;
+    if (x == NULL || y == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    const real *X = (const real *)x;
+    real *Y = (real *)y;
+    for (int64_t i = 0; i < n; i++) {
+        const real v = X[i];
+        Y[i] = v >= 0 ? RX(1.0) / (RX(1.0) + rexp(-v)) : rexp(v) / (RX(1.0) + rexp(v));
+    }
+    return MOE_OK;
+}
+
+/* dx = dy * y * (1 - y). */
+int32_t MOE_R(cpu_sigmoid_bwd)(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx)
+{
+    if (ex == NULL || n < 0) return MOE_ERR_INVALID_ARGUMENT;
+    if (n == 0) return MOE_OK;
+    if (y == NULL || dy == NULL || dx == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    const real *Yv = (const real *)y, *DY = (const real *)dy;
+    real *DX = (real *)dx;
+    for (int64_t i = 0; i < n; i++) DX[i] = DY[i] * (Yv[i] * (RX(1.0) - Yv[i]));
+    return MOE_OK;
+}
+
+/* *ok = 1 when no element is Inf or NaN: an exponent field of all ones; bit tests read bf16 without
+ * converting it. */
+int32_t MOE_R(cpu_all_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t dtype, int32_t *ok)
+{
+    if (ex == NULL || n < 0 || ok == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    if (dtype != MOE_DTYPE_FP32 && dtype != MOE_DTYPE_BF16 && dtype != MOE_DTYPE_FP64) return MOE_ERR_INVALID_ARGUMENT;
+    if (n > 0 && x == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    int bad = 0;
+    const unsigned char *b = x;
+    if (dtype == MOE_DTYPE_FP64) {
+        for (int64_t i = 0; i < n; i++) {
+            uint64_t u;
+            memcpy(&u, b + 8 * i, 8);
+            bad |= (u & 0x7FF0000000000000ull) == 0x7FF0000000000000ull;
+        }
+    } else if (dtype == MOE_DTYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t u;
+            memcpy(&u, b + 2 * i, 2);
+            bad |= (u & 0x7F80u) == 0x7F80u;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, b + 4 * i, 4);
+            bad |= (u & 0x7F800000u) == 0x7F800000u;
+        }
+    }
+    *ok = !bad;
+    return MOE_OK;
+}
+
+int32_t MOE_R(cpu_fill)(const moe_exec *ex, int64_t n, double value, void *y)
+{
+    if (ex == NULL || n < 0 || (n > 0 && y == NULL)) return MOE_ERR_INVALID_ARGUMENT;
+    real *Y = (real *)y;
+    const real v = (real)value;
+    for (int64_t i = 0; i < n; i++) Y[i] = v;
+    return MOE_OK;
+}
+
+int32_t MOE_R(cpu_scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst)
+{
+    if (ex == NULL || R < 0 || H < 0) return MOE_ERR_INVALID_ARGUMENT;
+    if (R == 0 || H == 0) return MOE_OK;
+    if (p == NULL || src == NULL || dst == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    const real *pv = (const real *)p, *S = (const real *)src;
+    real *O = (real *)dst;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < H; j++) O[r * H + j] = pv[r] * S[r * H + j];
+    return MOE_OK;
+}
+
+int32_t MOE_R(cpu_row_dots)(const moe_exec *ex, int64_t R, int64_t H, const void *a, const void *b, void *out)
+{
+    if (ex == NULL || R < 0 || H < 0) return MOE_ERR_INVALID_ARGUMENT;
+    if (R == 0) return MOE_OK;
+    if (out == NULL || (H > 0 && (a == NULL || b == NULL))) return MOE_ERR_INVALID_ARGUMENT;
+    const real *X = (const real *)a, *Y = (const real *)b;
+    real *O = (real *)out;
+    for (int64_t r = 0; r < R; r++) {
+        double acc = 0;
+        for (int64_t j = 0; j < H; j++) acc += (double)X[r * H + j] * (double)Y[r * H + j];
+        O[r] = (real)acc;
+    }
+    return MOE_OK;
+}
+
+int32_t MOE_R(cpu_index_narrow)(const moe_exec *ex, int64_t n, const void *src, int32_t bits, int32_t *dst)
+{
+    if (ex == NULL || n < 0 || (bits != 32 && bits != 64)) return MOE_ERR_INVALID_ARGUMENT;
+    if (n == 0) return MOE_OK;
+    if (src == NULL || dst == NULL) return MOE_ERR_INVALID_ARGUMENT;
+    if (bits == 32) {
+        memcpy(dst, src, (size_t)n * sizeof(int32_t));
+        return MOE_OK;
+    }
+    const int64_t *in = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = (int32_t)in[i];
+    return MOE_OK;
+}

@@ -48,5 +48,43 @@ int32_t MOE_R(cpu_act_bwd)(const moe_exec *ex, int32_t activation, int64_t n, in
 int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
                            int32_t dst_dtype);
 int32_t MOE_R(cpu_axpby)(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y);
+/* cpu_elementwise.c (continued) */
+int32_t MOE_R(cpu_sigmoid_fwd)(const moe_exec *ex, int64_t n, const void *x, void *y);
+int32_t MOE_R(cpu_sigmoid_bwd)(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx);
+int32_t MOE_R(cpu_all_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t dtype, int32_t *ok);
+int32_t MOE_R(cpu_fill)(const moe_exec *ex, int64_t n, double value, void *y);
+int32_t MOE_R(cpu_scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst);
+int32_t MOE_R(cpu_row_dots)(const moe_exec *ex, int64_t R, int64_t H, const void *a, const void *b, void *out);
+int32_t MOE_R(cpu_index_narrow)(const moe_exec *ex, int64_t n, const void *src, int32_t bits, int32_t *dst);
+/* cpu_balance.c */
+int32_t MOE_R(cpu_aux_loss)(const moe_exec *ex, const moe_aux_params *ap, const int64_t *counts,
+                            const double *score_sums, const int64_t *group_tokens, double *global, double *coef,
+                            double *loss);
+int32_t MOE_R(cpu_count_add)(const moe_exec *ex, int64_t n, const int64_t *src, int64_t *dst);
+int32_t MOE_R(cpu_bias_update)(const moe_exec *ex, int32_t E, const int64_t *counts, double rate, void *bias);
+/* cpu_plan_rows.c */
+int32_t MOE_R(cpu_align_rows)(const moe_exec *ex, int32_t E, int64_t TK, const int64_t *offsets,
+                              const int64_t *row_token, const void *row_prob, const int64_t *slot_row,
+                              const int64_t *xoff, int64_t Rx, int64_t *row_token_al, void *row_prob_al,
+                              int64_t *slot_row_al);
+int32_t MOE_R(cpu_gather_slots)(const moe_exec *ex, int64_t n, const int64_t *slot, const void *rows, void *out);
+int32_t MOE_R(cpu_ag_pack_routing)(const moe_exec *ex, int64_t T, int32_t K, const void *probs, const int32_t *idx,
+                                   const int64_t *slot_row, int64_t rrec, void *rec);
+int32_t MOE_R(cpu_ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, int32_t E, int32_t first, int32_t El,
+                                  int64_t rrec, const void *grec, const int64_t *xoff, int64_t *gslot, int64_t *rowtok,
+                                  void *pr);
+/* cpu_rows.c */
+int32_t MOE_R(cpu_rows_gather_split)(const moe_exec *ex, int64_t n, const int64_t *map, const void *src,
+                                     const moe_row_alias *alias, void *a, size_t ab, void *b, size_t bb);
+int32_t MOE_R(cpu_rows_scatter_join)(const moe_exec *ex, int64_t n, const int64_t *map, void *dst,
+                                     const moe_row_alias *alias, const void *a, size_t ab, const void *b, size_t bb);
+int32_t MOE_R(cpu_rows_scatter_split)(const moe_exec *ex, int64_t n, const int64_t *map, const void *src, void *a,
+                                      size_t ab, void *b, size_t bb);
+int32_t MOE_R(cpu_rows_gather_join)(const moe_exec *ex, int64_t n, const int64_t *map, const void *a, size_t ab,
+                                    const void *b, size_t bb, void *dst);
+int32_t MOE_R(cpu_rows_pack)(const moe_exec *ex, int64_t r0, int64_t r1, const int64_t *row_token, const void *tok,
+                             size_t hb, const void *extra, size_t eb, void *dst);
+int32_t MOE_R(cpu_strided_copy)(const moe_exec *ex, int32_t ndim, const int64_t *shape, const int64_t *strides,
+                                size_t elem, void *strided, void *compact, int32_t to_compact);
 
 #endif /* MOE_CPU_OPS_H */

@@ -1,4 +1,5 @@
-/* Status names, error messages (per context, thread-local fallback) and logging. */
+/* Status names, error messages (per context, thread-local fallback) and logging: the bottom module
+ * (base/error.h) every layer calls, and the exported status and last-error functions. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>

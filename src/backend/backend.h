@@ -1,0 +1,80 @@
+/*
+ * A backend: one device kind's op tables, memory, streams and events, in the spirit of ggml's
+ * backend interface. The context picks its backend from the device it was created for
+ * (moe_backend_for_device) and everything above src/backend/ reaches compute and device memory only
+ * through it: ops via the op table (backend/ops.h), bytes via the memory entries below.
+ * docs/backends.md is the guide for backend authors.
+ *
+ * Memory words used throughout:
+ *   device  memory this backend allocated (mem_alloc; the context's pool sits on top of it). Only
+ *           ops and the entries below read or write it. On the CPU backend it is host memory, but the
+ *           core never relies on that.
+ *   host    ordinary process memory the core may read and write directly.
+ * Streams: every entry that takes a moe_exec runs on ex->stream (NULL: the backend's default
+ * stream, i.e. synchronous on CPU). Work on one stream runs in issue order; the host sees results
+ * of a device-to-host copy only after synchronising with it (event_sync or stream_sync).
+ */
+#ifndef MOE_BACKEND_BACKEND_H
+#define MOE_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/ops.h"
+
+/* Directions of moe_backend.memcpy. */
+enum { MOE_COPY_H2D = 0, MOE_COPY_D2H = 1, MOE_COPY_D2D = 2 };
+
+/* Capability bits of moe_backend.caps. */
+enum {
+    MOE_BACKEND_CAP_ASYNC = 1 << 0,       /* streams are asynchronous to the host (events matter) */
+    MOE_BACKEND_CAP_FP64 = 1 << 1,        /* has an fp64 op table */
+    MOE_BACKEND_CAP_GRAPHS = 1 << 2,      /* can capture and replay a stream's work */
+    MOE_BACKEND_CAP_HOST_MEMORY = 1 << 3, /* device memory is host memory (CPU) */
+};
+
+struct moe_backend {
+    const char *name;    /* "cpu", "cuda" */
+    int32_t device_type; /* MOE_DEVICE_* (= the DLPack device type its tensors carry) */
+    uint32_t caps;       /* MOE_BACKEND_CAP_* */
+
+    /* The op table that computes in dtype (MOE_DTYPE_FP32 or MOE_DTYPE_FP64); NULL if there is none. */
+    const moe_ops *(*ops)(int32_t dtype);
+    /* 1 when `op` (a field name of moe_ops, e.g. "route_fwd") of the dtype table is implemented; a
+     * table may leave an op NULL only if this says 0 (the comparison harness then skips it). */
+    int32_t (*supports_op)(int32_t dtype, const char *op);
+
+    /* Device lifetime, once per context: *state is the backend's per-device state (library handles,
+     * default stream) carried in every moe_exec of that context. */
+    int32_t (*device_open)(int32_t device_id, void **state);
+    void (*device_close)(void *state);
+    /* Devices present (0 where no driver answers). */
+    int32_t (*device_count)(int32_t *count);
+
+    /* Raw device memory; the pool of src/mem/ caches blocks on top. mem_free may be called while
+     * work that used the block is still queued on ex->stream: the backend frees it in stream order. */
+    int32_t (*mem_alloc)(const moe_exec *ex, size_t bytes, void **out);
+    void (*mem_free)(const moe_exec *ex, void *ptr, size_t bytes);
+    /* bytes from src to dst in direction kind (MOE_COPY_*), ordered on ex->stream. */
+    int32_t (*memcpy)(const moe_exec *ex, void *dst, const void *src, size_t bytes, int32_t kind);
+    /* bytes of device memory at dst set to byte value. */
+    int32_t (*memset)(const moe_exec *ex, void *dst, int32_t value, size_t bytes);
+
+    /* Events mark a point of a stream: record it, then ask whether the stream has passed it. */
+    int32_t (*event_create)(const moe_exec *ex, void **event);
+    void (*event_destroy)(const moe_exec *ex, void *event);
+    int32_t (*event_record)(const moe_exec *ex, void *event);
+    int32_t (*event_query)(const moe_exec *ex, void *event, int32_t *done);
+    int32_t (*event_sync)(const moe_exec *ex, void *event);
+    /* Work queued on ex->stream after this call waits for event (cross-stream ordering). */
+    int32_t (*stream_wait_event)(const moe_exec *ex, void *event);
+    int32_t (*stream_sync)(const moe_exec *ex);
+};
+
+/* The backend of a MOE_DEVICE_* in this build; NULL when it was not built (src/backend/backend.c). */
+const moe_backend *moe_backend_for_device(int32_t device_type);
+
+/* The CPU backend (src/backend/cpu/cpu_backend.c), always built. */
+extern const moe_backend moe_backend_cpu;
+
+#endif /* MOE_BACKEND_BACKEND_H */

@@ -1,0 +1,46 @@
+/* Context lifetime and the core's copies and fills of device memory (through the context's backend). */
+#include <stdlib.h>
+
+#include "core/context.h"
+
+void moe_context_retain(moe_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
+
+/* The last reference frees the pool, closes the device and calls each hook's release exactly once. */
+void moe_context_release_ref(moe_context *ctx)
+{
+    if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
+    moe_mem_trim(ctx);
+    ctx->backend->device_close(ctx->device_state);
+    if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);
+    if (ctx->has_logger && ctx->logger.release) ctx->logger.release(ctx->logger.user_data);
+    if (ctx->has_profiler && ctx->profiler.release) ctx->profiler.release(ctx->profiler.user_data);
+    free(ctx);
+}
+
+int32_t moe_copy_to_host(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    const moe_backend *be = ex->be;
+    void *ev = NULL;
+    int32_t st = be->memcpy(ex, dst, src, bytes, MOE_COPY_D2H);
+    if (!st) st = be->event_create(ex, &ev);
+    if (!st) st = be->event_record(ex, ev);
+    if (!st) st = be->event_sync(ex, ev); /* the host reads dst next */
+    if (ev) be->event_destroy(ex, ev);
+    if (st) return moe_errorf(ctx, st, "copying %zu bytes from %s memory to the host failed", bytes, be->name);
+    ctx->d2h_copies++;
+    ctx->d2h_bytes += (int64_t)bytes;
+    return MOE_OK;
+}
+
+int32_t moe_copy_to_device(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes)
+{
+    int32_t st = ex->be->memcpy(ex, dst, src, bytes, MOE_COPY_H2D);
+    if (!st) st = ex->be->stream_sync(ex); /* src is the caller's host memory, reused after return */
+    return st ? moe_errorf(ctx, st, "copying %zu bytes from the host to %s memory failed", bytes, ex->be->name) : MOE_OK;
+}
+
+int32_t moe_mem_zero(moe_context *ctx, const moe_exec *ex, void *dst, size_t bytes)
+{
+    int32_t st = ex->be->memset(ex, dst, 0, bytes);
+    return st ? moe_errorf(ctx, st, "clearing %zu bytes of %s memory failed", bytes, ex->be->name) : MOE_OK;
+}

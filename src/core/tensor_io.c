@@ -1,0 +1,30 @@
+/*
+ * What the entry points do with the host's tensors beyond borrowing their data pointer: the NaN/Inf
+ * check of the rejecting policy and strided copies, both through the context's backend (the tensors
+ * are device memory of the context's device).
+ */
+#include "core/tensor_io.h"
+
+/* Any op table of the backend serves dtype-free ops (strided copies, the finite check of a storage dtype). */
+static const moe_ops *any_table(const moe_context *ctx) { return ctx->backend->ops(MOE_DTYPE_FP32); }
+
+int32_t moe_all_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype, int32_t *finite)
+{
+    const moe_ops *ops = any_table(ctx);
+    int32_t *flag = moe_mem_alloc(ctx, sizeof(int32_t), MOE_MEM_WORKSPACE);
+    if (!flag) return MOE_ERR_OUT_OF_MEMORY;
+    int32_t st = ops->all_finite(ex, n, p, dtype, flag);
+    if (st) st = moe_errorf(ctx, st, "op all_finite of backend %s failed", ops->name);
+    else st = moe_copy_to_host(ctx, ex, finite, flag, sizeof(int32_t)); /* the policy's one flag read */
+    moe_mem_free(ctx, flag, sizeof(int32_t), MOE_MEM_WORKSPACE);
+    return st;
+}
+
+int32_t moe_tensor_strided_copy(moe_context *ctx, const moe_exec *ex, const DLTensor *t, size_t elem, void *compact,
+                                int32_t to_compact)
+{
+    const moe_ops *ops = any_table(ctx);
+    int32_t st = ops->strided_copy(ex, t->ndim, t->shape, t->strides, elem, (char *)t->data + t->byte_offset, compact,
+                                   to_compact);
+    return st ? moe_errorf(ctx, st, "op strided_copy of backend %s failed", ops->name) : MOE_OK;
+}
