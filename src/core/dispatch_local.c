@@ -44,6 +44,10 @@ static int32_t local_dispatch(moe_layer *L, moe_step *s, const moe_exec *e)
     for (int32_t j = 0; j < E; j++) xoff[j + 1] = xoff[j] + align_up(off ? off[j + 1] - off[j] : s->capacity);
     const int64_t Rx = xoff[E];
     s->Rx = Rx;
+    /* within local_reserve's bound, so these only check (a grown buffer would count as in flight) */
+    TRY(moe_step_need(s, &tp->xr, Rx * L->H, L->ops->elem_size));
+    TRY(moe_step_need(s, &tp->pr, Rx, L->ops->elem_size));
+    TRY(moe_step_need(s, &tp->dbuf[0], Rx, sizeof(int64_t)));
     TRY(moe_copy_to_device(L->ctx, e, tp->xoff_dev.p, xoff, sizeof(int64_t) * (size_t)(E + 1)));
     OP(align_rows, e, E, TK, moe_step_offsets(s), tp->row_token.p, tp->row_prob.p, tp->slot_row.p, tp->xoff_dev.p, Rx,
        tp->dbuf[0].p, tp->pr.p, tp->dbuf[1].p);
