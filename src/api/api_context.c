@@ -82,11 +82,20 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     *ctx = tmp;
     ctx->backend = be;
     ctx->device_state = dev;
+    ctx->stream = be->default_stream(dev);
     atomic_init(&ctx->refs, 1);
     ctx->device_type = cfg.device_type;
     ctx->device_id = cfg.device_id;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     ctx->num_threads = cfg.num_threads > 0 ? cfg.num_threads : (cores > 0 ? (int32_t)cores : 1);
+    if (be->workspace_bytes > 0) {
+        ctx->workspace = moe_mem_alloc(ctx, be->workspace_bytes, MOE_MEM_WORKSPACE);
+        if (!ctx->workspace) {
+            moe_context_release_ref(ctx);
+            return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: no memory for the %zu-byte %s workspace",
+                              be->workspace_bytes, be->name);
+        }
+    }
     *out = ctx;
     return MOE_OK;
 }

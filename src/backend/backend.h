@@ -48,6 +48,10 @@ struct moe_backend {
      * default stream) carried in every moe_exec of that context. */
     int32_t (*device_open)(int32_t device_id, void **state);
     void (*device_close)(void *state);
+    /* The stream a context of this device uses when a call passes NULL (NULL on CPU). */
+    void *(*default_stream)(void *state);
+    /* Bytes of op workspace each context keeps for its execs (moe_exec.workspace; 0: none). */
+    size_t workspace_bytes;
     /* Devices present (0 where no driver answers). */
     int32_t (*device_count)(int32_t *count);
 
@@ -55,6 +59,10 @@ struct moe_backend {
      * work that used the block is still queued on ex->stream: the backend frees it in stream order. */
     int32_t (*mem_alloc)(const moe_exec *ex, size_t bytes, void **out);
     void (*mem_free)(const moe_exec *ex, void *ptr, size_t bytes);
+    /* Host memory the backend can copy from and to asynchronously (CUDA: pinned): the core's host
+     * buffers (exchange counts, row offsets, staging) come from here. */
+    int32_t (*host_alloc)(size_t bytes, void **out);
+    void (*host_free)(void *ptr);
     /* bytes from src to dst in direction kind (MOE_COPY_*), ordered on ex->stream. */
     int32_t (*memcpy)(const moe_exec *ex, void *dst, const void *src, size_t bytes, int32_t kind);
     /* bytes of device memory at dst set to byte value. */

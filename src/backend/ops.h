@@ -34,6 +34,9 @@ typedef struct moe_exec {
     void *stream;          /* the stream work is ordered on; NULL = the backend's default stream */
     int32_t device_id;
     int32_t num_threads;   /* host worker threads an op may use (>= 1) */
+    void *workspace;       /* device scratch of backend->workspace_bytes bytes, owned by the context; ops
+                            * of one exec use it one at a time (stream order) */
+    size_t workspace_bytes;
 } moe_exec;
 
 /* Routing parameters, resolved from the layer config (see MATH.md §2). */

@@ -9,6 +9,8 @@ void moe_context_retain(moe_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
 void moe_context_release_ref(moe_context *ctx)
 {
     if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
+    ctx->cur_stream = ctx->stream;
+    if (ctx->workspace) moe_mem_free(ctx, ctx->workspace, ctx->backend->workspace_bytes, MOE_MEM_WORKSPACE);
     moe_mem_trim(ctx);
     ctx->backend->device_close(ctx->device_state);
     if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);

@@ -31,7 +31,8 @@ struct moe_context {
     int32_t num_threads;
     const moe_backend *backend; /* from device_type: every op and device byte goes through it */
     void *device_state;         /* backend->device_open's state */
-    void *stream;               /* the context's stream (NULL: the backend's default stream) */
+    void *stream;               /* the context's stream: backend->default_stream (NULL on CPU) */
+    void *workspace;            /* backend->workspace_bytes of device scratch for the execs */
     void *cur_stream;           /* the stream of the entry point running now (buffers freed in its order) */
     /* device-to-host copies the engine made for its own decisions (moe_copy_to_host), and tape
      * buffers that had to grow after a step's up-front reservation: both counted for the tests */
@@ -105,7 +106,8 @@ static inline int32_t moe_range_unwind(moe_context *ctx, int32_t depth, int32_t 
  * dispatcher hook and comm call. */
 static inline moe_exec moe_context_exec(const moe_context *ctx, void *stream)
 {
-    moe_exec ex = {ctx->backend, ctx->device_state, stream ? stream : ctx->stream, ctx->device_id, ctx->num_threads};
+    moe_exec ex = {ctx->backend,     ctx->device_state, stream ? stream : ctx->stream, ctx->device_id,
+                   ctx->num_threads, ctx->workspace,    ctx->backend->workspace_bytes};
     return ex;
 }
 static inline moe_exec moe_context_enter(moe_context *ctx, void *stream)

@@ -115,6 +115,7 @@ typedef struct moe_step_tape {
  * (moe_step_plan_to_host), made where the host needs row counts (dropless routing, capacity without
  * padding, expert parallelism) and skipped in static-shape steps. */
 typedef struct moe_step_host {
+    moe_buf plan_buf;  /* backend host memory behind plan */
     int64_t *plan;     /* [E+4] host mirror of tape.plan_meta (NULL until first needed) */
     int32_t have_plan; /* plan holds this step's values */
 } moe_step_host;

@@ -26,9 +26,10 @@ int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
 {
     if (b->p && b->host && b->bytes >= bytes) return MOE_OK;
     moe_buf_release(ctx, b);
-    size_t sz = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, sz ? sz : 64);
-    if (!p) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of host memory", bytes);
+    void *p = NULL;
+    if (ctx->backend->host_alloc(bytes, &p) != MOE_OK)
+        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of %s host memory", bytes,
+                          ctx->backend->name);
     b->p = p;
     b->bytes = bytes;
     b->category = -1;
@@ -38,7 +39,7 @@ int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
 
 void moe_buf_release(moe_context *ctx, moe_buf *b)
 {
-    if (b->p && b->host) free(b->p);
+    if (b->p && b->host) ctx->backend->host_free(b->p);
     else if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
     b->p = NULL;
     b->bytes = 0;

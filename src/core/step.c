@@ -1,6 +1,4 @@
 /* Step tapes: buffer reservation and release, and the host's reads of a step's routing results. */
-#include <stdlib.h>
-
 #include "core/layer.h"
 
 int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es)
@@ -28,7 +26,7 @@ void moe_step_free_tape(moe_step *step)
     moe_buf *first = (moe_buf *)&step->tape;
     size_t count = sizeof step->tape / sizeof(moe_buf);
     for (size_t i = 0; i < count; i++) moe_buf_release(step->layer->ctx, &first[i]);
-    free(step->host.plan);
+    moe_buf_release(step->layer->ctx, &step->host.plan_buf);
     step->host.plan = NULL;
     step->host.have_plan = 0;
 }
@@ -43,10 +41,8 @@ int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex)
     if (step->host.have_plan) return MOE_OK;
     moe_context *ctx = step->layer->ctx;
     const size_t n = (size_t)step->layer->E + 4;
-    if (!step->host.plan) {
-        step->host.plan = malloc(n * sizeof(int64_t));
-        if (!step->host.plan) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "out of host memory for a step's plan counts");
-    }
+    TRY(moe_buf_reserve_host(ctx, &step->host.plan_buf, n * sizeof(int64_t)));
+    step->host.plan = step->host.plan_buf.p;
     TRY(moe_copy_to_host(ctx, ex, step->host.plan, step->tape.plan_meta.p, n * sizeof(int64_t)));
     step->host.have_plan = 1;
     return MOE_OK;

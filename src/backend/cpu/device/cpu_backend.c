@@ -30,6 +30,21 @@ static int32_t cpu_device_open(int32_t device_id, void **state)
 
 static void cpu_device_close(void *state) { (void)state; }
 
+static void *cpu_default_stream(void *state)
+{
+    (void)state;
+    return NULL; /* the calling thread */
+}
+
+static int32_t cpu_host_alloc(size_t bytes, void **out)
+{
+    size_t sz = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    *out = aligned_alloc(CPU_ALIGN, sz ? sz : CPU_ALIGN);
+    return *out ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
+}
+
+static void cpu_host_free(void *ptr) { free(ptr); }
+
 static int32_t cpu_device_count(int32_t *count)
 {
     *count = 1;
@@ -110,7 +125,11 @@ const moe_backend moe_backend_cpu = {
     .supports_op = cpu_supports_op,
     .device_open = cpu_device_open,
     .device_close = cpu_device_close,
+    .default_stream = cpu_default_stream,
+    .workspace_bytes = 0, /* CPU ops keep their scratch per thread (oneDNN's scratchpad) */
     .device_count = cpu_device_count,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .memcpy = cpu_memcpy,
