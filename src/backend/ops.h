@@ -171,6 +171,8 @@ typedef struct moe_ops {
     int32_t (*sigmoid_bwd)(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx);
     /* y[i] = value over n reals. */
     int32_t (*fill)(const moe_exec *ex, int64_t n, double value, void *y);
+    /* y[i] = value over n int64 (device counters set from host values without a copy). */
+    int32_t (*fill_i64)(const moe_exec *ex, int64_t n, int64_t value, int64_t *y);
     /* dst[r, :] = p[r] * src[r, :] over R rows of H reals (dst may be src). */
     int32_t (*scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst);
     /* out[r] = <a[r, :], b[r, :]> over R rows of H reals (fp32 sums formed in double). */
@@ -196,13 +198,17 @@ typedef struct moe_ops {
     int32_t (*bias_update)(const moe_exec *ex, int32_t E, const int64_t *counts, double rate, void *bias);
 
     /* ---- dispatch helpers ---------------------------------------------------------------------- */
-    /* Moves the plan's rows into per-expert blocks starting at xoff [E+1] (device; xoff[e+1] - xoff[e]
-     * >= the expert's plan rows): plan row r of expert e goes to xoff[e] + r - offsets[e]. Outputs
-     * over Rx = xoff[E] rows: row_token_al [Rx] (-1 for the rows no plan row fills), row_prob_al [Rx]
-     * (0 there), and slot_row_al [TK] = the new row of every assignment (-1 stays -1). */
+    /* Moves the plan's rows into per-expert blocks of align(n_e) rows, align(x) = x rounded up to a
+     * multiple of `align`, n_e = offsets[e+1] - offsets[e] (or n_e = fixed_rows for every expert when
+     * fixed_rows >= 0: static shapes). xoff [E+1] (=) gets the block starts; plan row r of expert e goes
+     * to xoff[e] + r - offsets[e]. Outputs over the Rx = xoff[E] <= rx_cap rows: row_token_al [Rx] (-1
+     * for rows no plan row fills), row_prob_al [Rx] (0 there), slot_row_al [TK] = the new row of every
+     * assignment (-1 stays -1). The host computes the same xoff from its copy of the offsets (or from
+     * fixed_rows), so nothing is copied either way. */
     int32_t (*align_rows)(const moe_exec *ex, int32_t E, int64_t TK, const int64_t *offsets, const int64_t *row_token,
-                          const void *row_prob, const int64_t *slot_row, const int64_t *xoff, int64_t Rx,
-                          int64_t *row_token_al, void *row_prob_al, int64_t *slot_row_al);
+                          const void *row_prob, const int64_t *slot_row, int64_t align, int64_t fixed_rows,
+                          int64_t rx_cap, int64_t *xoff, int64_t *row_token_al, void *row_prob_al,
+                          int64_t *slot_row_al);
     /* out[i] (=) = rows[slot[i]] when slot[i] >= 0, else 0, over n reals (dp of each assignment). */
     int32_t (*gather_slots)(const moe_exec *ex, int64_t n, const int64_t *slot, const void *rows, void *out);
 

@@ -38,8 +38,9 @@ static int32_t local_dispatch(moe_layer *L, moe_step *s, const moe_exec *e)
     moe_step_tape *tp = &s->tape;
     const int32_t E = L->E;
     const int64_t TK = s->T * L->K;
-    int64_t *xoff = tp->xoff.p; /* host */
-    const int64_t *off = moe_layer_static_shapes(L) ? NULL : moe_step_host_offsets(s);
+    const int stat = moe_layer_static_shapes(L);
+    int64_t *xoff = tp->xoff.p; /* host: the GEMM shapes; align_rows computes the same offsets on the device */
+    const int64_t *off = stat ? NULL : moe_step_host_offsets(s);
     xoff[0] = 0;
     for (int32_t j = 0; j < E; j++) xoff[j + 1] = xoff[j] + align_up(off ? off[j + 1] - off[j] : s->capacity);
     const int64_t Rx = xoff[E];
@@ -48,9 +49,8 @@ static int32_t local_dispatch(moe_layer *L, moe_step *s, const moe_exec *e)
     TRY(moe_step_need(s, &tp->xr, Rx * L->H, L->ops->elem_size));
     TRY(moe_step_need(s, &tp->pr, Rx, L->ops->elem_size));
     TRY(moe_step_need(s, &tp->dbuf[0], Rx, sizeof(int64_t)));
-    TRY(moe_copy_to_device(L->ctx, e, tp->xoff_dev.p, xoff, sizeof(int64_t) * (size_t)(E + 1)));
-    OP(align_rows, e, E, TK, moe_step_offsets(s), tp->row_token.p, tp->row_prob.p, tp->slot_row.p, tp->xoff_dev.p, Rx,
-       tp->dbuf[0].p, tp->pr.p, tp->dbuf[1].p);
+    OP(align_rows, e, E, TK, moe_step_offsets(s), tp->row_token.p, tp->row_prob.p, tp->slot_row.p, MOE_LOCAL_ROW_ALIGN,
+       stat ? s->capacity : -1, Rx, tp->xoff_dev.p, tp->dbuf[0].p, tp->pr.p, tp->dbuf[1].p);
     OP(permute, e, Rx, L->H, tp->xs.p, tp->dbuf[0].p, tp->xr.p);
     return MOE_OK;
 }

@@ -102,7 +102,7 @@ static int32_t route(moe_layer *L, moe_step *step, const moe_exec *e)
             TRY(moe_mem_zero(ctx, e, tp->aux_counts.p, sizeof(int64_t) * (size_t)L->E));
             TRY(moe_mem_zero(ctx, e, tp->aux_sums.p, sizeof(double) * (size_t)L->E));
         }
-        TRY(moe_copy_to_device(ctx, e, tp->ntok.p, &step->T, sizeof(int64_t)));
+        OP(fill_i64, e, 1, T, tp->ntok.p); /* the group's token total starts as this rank's */
         TRY(reduce_aux_counts(L, step, e));
         moe_aux_params ap = {L->cfg.aux_loss_type, L->E, K, step->mode == MOE_STEP_TRAIN, step->B, T,
                              (double)L->cfg.aux_loss_coeff, step->aux_loss_scale};

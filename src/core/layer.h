@@ -81,7 +81,7 @@ typedef struct moe_step_tape {
                           * that the host reads both with one copy) */
     moe_buf losses;      /* [2] double: aux loss, z-loss sum of squares (read when the host asks) */
     moe_buf ntok;        /* [1] int64: tokens of the aux reduction group */
-    moe_buf xoff_dev;    /* [E_local+1] int64: device copy of xoff for ops (local dispatcher) */
+    moe_buf xoff_dev;    /* [E_local+1] int64: xoff on the device, for ops (made there, or copied) */
     moe_buf row_token;   /* [R_max] int64 */
     moe_buf row_prob;    /* [R_max] */
     moe_buf slot_row;    /* [T*K] int64 */

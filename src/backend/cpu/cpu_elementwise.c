@@ -191,6 +191,13 @@ int32_t MOE_R(cpu_fill)(const moe_exec *ex, int64_t n, double value, void *y)
     return MOE_OK;
 }
 
+int32_t MOE_R(cpu_fill_i64)(const moe_exec *ex, int64_t n, int64_t value, int64_t *y)
+{
+    if (ex == NULL || n < 0 || (n > 0 && y == NULL)) return MOE_ERR_INVALID_ARGUMENT;
+    for (int64_t i = 0; i < n; i++) y[i] = value;
+    return MOE_OK;
+}
+
 int32_t MOE_R(cpu_scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst)
 {
     if (ex == NULL || R < 0 || H < 0) return MOE_ERR_INVALID_ARGUMENT;

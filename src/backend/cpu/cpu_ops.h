@@ -53,6 +53,7 @@ int32_t MOE_R(cpu_sigmoid_fwd)(const moe_exec *ex, int64_t n, const void *x, voi
 int32_t MOE_R(cpu_sigmoid_bwd)(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx);
 int32_t MOE_R(cpu_all_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t dtype, int32_t *ok);
 int32_t MOE_R(cpu_fill)(const moe_exec *ex, int64_t n, double value, void *y);
+int32_t MOE_R(cpu_fill_i64)(const moe_exec *ex, int64_t n, int64_t value, int64_t *y);
 int32_t MOE_R(cpu_scale_rows)(const moe_exec *ex, int64_t R, int64_t H, const void *p, const void *src, void *dst);
 int32_t MOE_R(cpu_row_dots)(const moe_exec *ex, int64_t R, int64_t H, const void *a, const void *b, void *out);
 int32_t MOE_R(cpu_index_narrow)(const moe_exec *ex, int64_t n, const void *src, int32_t bits, int32_t *dst);
@@ -64,9 +65,9 @@ int32_t MOE_R(cpu_count_add)(const moe_exec *ex, int64_t n, const int64_t *src, 
 int32_t MOE_R(cpu_bias_update)(const moe_exec *ex, int32_t E, const int64_t *counts, double rate, void *bias);
 /* cpu_plan_rows.c */
 int32_t MOE_R(cpu_align_rows)(const moe_exec *ex, int32_t E, int64_t TK, const int64_t *offsets,
-                              const int64_t *row_token, const void *row_prob, const int64_t *slot_row,
-                              const int64_t *xoff, int64_t Rx, int64_t *row_token_al, void *row_prob_al,
-                              int64_t *slot_row_al);
+                              const int64_t *row_token, const void *row_prob, const int64_t *slot_row, int64_t align,
+                              int64_t fixed_rows, int64_t rx_cap, int64_t *xoff, int64_t *row_token_al,
+                              void *row_prob_al, int64_t *slot_row_al);
 int32_t MOE_R(cpu_gather_slots)(const moe_exec *ex, int64_t n, const int64_t *slot, const void *rows, void *out);
 int32_t MOE_R(cpu_ag_pack_routing)(const moe_exec *ex, int64_t T, int32_t K, const void *probs, const int32_t *idx,
                                    const int64_t *slot_row, int64_t rrec, void *rec);

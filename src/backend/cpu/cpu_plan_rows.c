@@ -8,20 +8,30 @@
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
 
-/* Plan row r of expert e moves to xoff[e] + (r - offsets[e]) (see ops.h). */
+/* Plan row r of expert e moves to xoff[e] + (r - offsets[e]), blocks of align(n_e) rows (see ops.h). */
 int32_t MOE_R(cpu_align_rows)(const moe_exec *ex, int32_t E, int64_t TK, const int64_t *offsets,
-                              const int64_t *row_token, const void *row_prob, const int64_t *slot_row,
-                              const int64_t *xoff, int64_t Rx, int64_t *row_token_al, void *row_prob_al,
-                              int64_t *slot_row_al)
+                              const int64_t *row_token, const void *row_prob, const int64_t *slot_row, int64_t align,
+                              int64_t fixed_rows, int64_t rx_cap, int64_t *xoff, int64_t *row_token_al,
+                              void *row_prob_al, int64_t *slot_row_al)
 {
-    if (ex == NULL || E < 1 || TK < 0 || Rx < 0 || offsets == NULL || xoff == NULL) return MOE_ERR_INVALID_ARGUMENT;
-    if (xoff[0] != 0 || xoff[E] != Rx) return MOE_ERR_INVALID_ARGUMENT;
-    for (int32_t e = 0; e < E; e++)
-        if (offsets[e + 1] < offsets[e] || xoff[e + 1] - xoff[e] < offsets[e + 1] - offsets[e])
-            return MOE_ERR_INVALID_ARGUMENT;
+    if (ex == NULL || E < 1 || TK < 0 || align < 1 || rx_cap < 0 || offsets == NULL || xoff == NULL)
+        return MOE_ERR_INVALID_ARGUMENT;
+    int64_t Rx = 0; /* block sizes first: nothing is written unless everything fits */
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t n = offsets[e + 1] - offsets[e];
+        const int64_t blk = fixed_rows >= 0 ? fixed_rows : n;
+        if (n < 0 || blk < n || blk > rx_cap) return MOE_ERR_INVALID_ARGUMENT;
+        Rx += (blk + align - 1) / align * align;
+        if (Rx > rx_cap) return MOE_ERR_INVALID_ARGUMENT;
+    }
     if (Rx > 0 && (row_token_al == NULL || row_prob_al == NULL)) return MOE_ERR_INVALID_ARGUMENT;
     if (offsets[E] > 0 && (row_token == NULL || row_prob == NULL)) return MOE_ERR_INVALID_ARGUMENT;
     if (TK > 0 && (slot_row == NULL || slot_row_al == NULL)) return MOE_ERR_INVALID_ARGUMENT;
+    xoff[0] = 0;
+    for (int32_t e = 0; e < E; e++) {
+        const int64_t blk = fixed_rows >= 0 ? fixed_rows : offsets[e + 1] - offsets[e];
+        xoff[e + 1] = xoff[e] + (blk + align - 1) / align * align;
+    }
     const real *rp = (const real *)row_prob;
     real *pa = (real *)row_prob_al;
     for (int64_t r = 0; r < Rx; r++) {

@@ -23,6 +23,7 @@ const moe_ops MOE_R(moe_cpu_ops) = {
     .convert = MOE_R(cpu_convert),
     .axpby = MOE_R(cpu_axpby),
     .fill = MOE_R(cpu_fill),
+    .fill_i64 = MOE_R(cpu_fill_i64),
     .scale_rows = MOE_R(cpu_scale_rows),
     .row_dots = MOE_R(cpu_row_dots),
     .index_narrow = MOE_R(cpu_index_narrow),
