@@ -13,7 +13,9 @@
  *  - Everything is deterministic: same inputs and thread count give bitwise-identical outputs.
  *  - Where memory lives (docs/backends.md, "host/device contract"): every pointer argument is DEVICE
  *    memory (allocated by the backend, read and written only by ops and backend entries) unless its
- *    comment says [host]. Scalars passed by value are host values. An op never reads a device value
+ *    comment says [host]. Scalars passed by value are host values; `ex` and the parameter structs
+ *    (moe_route_params, moe_aux_params, moe_dispatch_plan, moe_row_alias) are [host] structs (the plan's
+ *    and the alias's members point to device memory). An op never reads a device value
  *    back to decide what to do on the host: sizes and offsets the host must know are [host] inputs.
  *  - Ops run in stream order on ex->stream; none synchronises with the host.
  */
@@ -39,7 +41,7 @@ typedef struct moe_exec {
     size_t workspace_bytes;
 } moe_exec;
 
-/* Routing parameters, resolved from the layer config (see MATH.md §2). */
+/* Routing parameters, resolved from the layer config (see MATH.md §2). Passed by pointer, [host]. */
 typedef struct moe_route_params {
     int32_t num_experts;    /* E */
     int32_t top_k;          /* K */
@@ -62,7 +64,7 @@ typedef struct moe_dispatch_plan {
     int64_t *stats;             /* [3]  R = rows used (kept + padding), dropped assignments, padding rows */
 } moe_dispatch_plan;
 
-/* Load-balancing loss parameters (MATH.md §3), resolved by the core. */
+/* Load-balancing loss parameters (MATH.md §3), resolved by the core. Passed by pointer, [host]. */
 typedef struct moe_aux_params {
     int32_t type;         /* MOE_AUX_SWITCH, MOE_AUX_SEQUENCE or MOE_AUX_GLOBAL */
     int32_t E, K;
@@ -74,7 +76,7 @@ typedef struct moe_aux_params {
 } moe_aux_params;
 
 /* Rows [lo, lo + n) of an indexed row buffer that live elsewhere: row lo + i is row i of `at`
- * (a rank's own block, which bypasses an exchange). n = 0: none. */
+ * (a rank's own block, which bypasses an exchange). n = 0: none. The struct is [host], `at` device. */
 typedef struct moe_row_alias {
     int64_t lo, n;
     void *at;
