@@ -1,0 +1,347 @@
+/*
+ * Cases of the routing and loss family (MATH.md §2-§3): route_fwd, route_bwd, aux_stats, aux_bwd,
+ * zloss_fwd, zloss_bwd, aux_loss, count_add, bias_update.
+ *
+ * Logits come in three kinds: random, quantised to quarters (many exact ties: the tie rules must
+ * agree), and large (saturated sigmoid scores, large logsumexp). Selections given to the backward
+ * ops are route_fwd-like (K distinct experts per token); gradients accumulate into random dlogits.
+ */
+#include <stdlib.h>
+
+#include "harness.h"
+
+enum { L_RANDOM, L_TIES, L_LARGE };
+
+static const char *sf_name(int32_t sf)
+{
+    static const char *n[] = {"softmax", "pre_softmax", "sigmoid", "sqrtsoftplus"};
+    return n[sf];
+}
+
+/* logits [n] of one kind. */
+static void logits(hx_case *c, int slot, size_t n, int kind)
+{
+    double *v = malloc(sizeof(double) * (n ? n : 1));
+    if (!v) hx_die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (kind == L_TIES) v[i] = (double)hx_int(&c->rng, -8, 9) / 4;
+        else if (kind == L_LARGE) v[i] = hx_unif(&c->rng, -40, 40);
+        else v[i] = hx_unif(&c->rng, -3, 3);
+    }
+    hx_real(c, slot, "logits", HX_IN, n, v);
+    free(v);
+}
+
+static const char *kind_name(int kind) { return kind == L_TIES ? " ties" : kind == L_LARGE ? " large" : ""; }
+
+/* ------------------------------------------------------------------------- route_fwd / bwd */
+
+typedef struct route_args {
+    moe_route_params rp;
+    int64_t T;
+} route_args;
+enum { RT_LOGITS, RT_BIAS, RT_IDX, RT_PROBS };
+enum { RB_LOGITS, RB_IDX, RB_DPROBS, RB_DLOGITS };
+
+static int32_t call_route_fwd(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const route_args *a = c->args;
+    return ops->route_fwd(ex, &a->rp, a->T, d[RT_LOGITS], d[RT_BIAS], d[RT_IDX], d[RT_PROBS]);
+}
+
+static int32_t call_route_bwd(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const route_args *a = c->args;
+    return ops->route_bwd(ex, &a->rp, a->T, d[RB_LOGITS], d[RB_IDX], d[RB_DPROBS], d[RB_DLOGITS]);
+}
+
+static route_args *route_common(hx_case *c, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
+                                double gamma)
+{
+    route_args *a = hx_case_args(c, sizeof *a);
+    a->rp = (moe_route_params){.num_experts = E, .top_k = K, .score_function = sf, .num_groups = G,
+                               .group_topk = M, .scaling_factor = gamma};
+    a->T = T;
+    return a;
+}
+
+static void route_fwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
+                           double gamma, int bias, int kind)
+{
+    hx_case *c = hx_case_new(s, "route_fwd", dt, call_route_fwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s%s",
+                             sf_name(sf), E, K, G, M, (long long)T, gamma, bias ? " bias" : "", kind_name(kind));
+    route_common(c, sf, E, K, G, M, T, gamma);
+    logits(c, RT_LOGITS, (size_t)(T * E), kind);
+    if (bias) hx_real_rand(c, RT_BIAS, "bias", HX_IN, (size_t)E, -0.1, 0.1);
+    hx_buf_set(c, RT_IDX, "idx", HX_I32, HX_OUT, (size_t)(T * K), NULL);
+    hx_real(c, RT_PROBS, "probs", HX_OUT, (size_t)(T * K), NULL);
+}
+
+static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
+                           double gamma, int kind)
+{
+    hx_case *c = hx_case_new(s, "route_bwd", dt, call_route_bwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s",
+                             sf_name(sf), E, K, G, M, (long long)T, gamma, kind_name(kind));
+    route_common(c, sf, E, K, G, M, T, gamma);
+    logits(c, RB_LOGITS, (size_t)(T * E), kind);
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)(T * K + 1));
+    if (!idx) hx_die("out of memory");
+    hx_routing(&c->rng, E, K, T, -1, idx);
+    hx_buf_set(c, RB_IDX, "idx", HX_I32, HX_IN, (size_t)(T * K), idx);
+    free(idx);
+    hx_real_rand(c, RB_DPROBS, "dprobs", HX_IN, (size_t)(T * K), -1, 1);
+    hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
+}
+
+/* ------------------------------------------------------------------------- aux statistics */
+
+typedef struct aux_args {
+    int32_t sf, E, K;
+    int64_t T, S;
+    double coef; /* zloss_bwd */
+    moe_aux_params ap;
+} aux_args;
+enum { AX_LOGITS, AX_COUNTS, AX_SUMS };
+enum { AB_LOGITS, AB_COEF, AB_DLOGITS };
+
+static int32_t call_aux_stats(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const aux_args *a = c->args;
+    return ops->aux_stats(ex, a->sf, a->E, a->K, a->T, a->S, d[AX_LOGITS], d[AX_COUNTS], d[AX_SUMS]);
+}
+
+static int32_t call_aux_bwd(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const aux_args *a = c->args;
+    return ops->aux_bwd(ex, a->sf, a->E, a->T, a->S, d[AB_LOGITS], d[AB_COEF], d[AB_DLOGITS]);
+}
+
+/* S = T: the switch loss (one sequence); T = 0 gives B = 0. */
+static void aux_stats_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int64_t T, int64_t S, int kind)
+{
+    hx_case *c = hx_case_new(s, "aux_stats", dt, call_aux_stats, "%s E=%d K=%d T=%lld S=%lld%s", sf_name(sf), E, K,
+                             (long long)T, (long long)S, kind_name(kind));
+    aux_args *a = hx_case_args(c, sizeof *a);
+    a->sf = sf, a->E = E, a->K = K, a->T = T, a->S = S;
+    const int64_t B = S > 0 ? T / S : 0;
+    logits(c, AX_LOGITS, (size_t)(T * E), kind);
+    hx_buf_set(c, AX_COUNTS, "counts", HX_I64, HX_OUT, (size_t)(B * E), NULL);
+    hx_buf_set(c, AX_SUMS, "score_sums", HX_F64, HX_OUT, (size_t)(B * E), NULL);
+}
+
+static void aux_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int64_t T, int64_t S)
+{
+    hx_case *c = hx_case_new(s, "aux_bwd", dt, call_aux_bwd, "%s E=%d T=%lld S=%lld", sf_name(sf), E, (long long)T,
+                             (long long)S);
+    aux_args *a = hx_case_args(c, sizeof *a);
+    a->sf = sf, a->E = E, a->T = T, a->S = S;
+    const int64_t B = S > 0 ? T / S : 0;
+    logits(c, AB_LOGITS, (size_t)(T * E), L_RANDOM);
+    double *coef = malloc(sizeof(double) * (size_t)(B * E + 1));
+    if (!coef) hx_die("out of memory");
+    for (int64_t i = 0; i < B * E; i++) coef[i] = hx_unif(&c->rng, -0.05, 0.05);
+    hx_buf_set(c, AB_COEF, "coef", HX_F64, HX_IN, (size_t)(B * E), coef);
+    free(coef);
+    hx_real_rand(c, AB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
+}
+
+/* ------------------------------------------------------------------------- z-loss */
+
+enum { Z_LOGITS, Z_OUT };
+
+static int32_t call_zloss_fwd(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const aux_args *a = c->args;
+    return ops->zloss_fwd(ex, a->E, a->T, d[Z_LOGITS], d[Z_OUT]);
+}
+
+static int32_t call_zloss_bwd(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const aux_args *a = c->args;
+    return ops->zloss_bwd(ex, a->E, a->T, d[Z_LOGITS], a->coef, d[Z_OUT]);
+}
+
+static void zloss_case(hx_suite *s, int32_t dt, int bwd, int32_t E, int64_t T, double coef, int kind)
+{
+    hx_case *c = hx_case_new(s, bwd ? "zloss_bwd" : "zloss_fwd", dt, bwd ? call_zloss_bwd : call_zloss_fwd,
+                             "E=%d T=%lld%s%s", E, (long long)T, bwd ? " coef" : "", kind_name(kind));
+    aux_args *a = hx_case_args(c, sizeof *a);
+    a->E = E, a->T = T, a->coef = coef;
+    logits(c, Z_LOGITS, (size_t)(T * E), kind);
+    if (bwd) hx_real_rand(c, Z_OUT, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
+    else hx_buf_set(c, Z_OUT, "sum_sq", HX_F64, HX_OUT, 1, NULL);
+}
+
+/* ------------------------------------------------------------------------- aux loss, balancing */
+
+enum { AL_COUNTS, AL_SUMS, AL_GTOK, AL_GLOBAL, AL_COEF, AL_LOSS };
+
+static int32_t call_aux_loss(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const aux_args *a = c->args;
+    return ops->aux_loss(ex, &a->ap, d[AL_COUNTS], d[AL_SUMS], d[AL_GTOK], d[AL_GLOBAL], d[AL_COEF], d[AL_LOSS]);
+}
+
+/* mb: micro-batches already in the global state (MOE_AUX_GLOBAL). */
+static void aux_loss_case(hx_suite *s, int32_t dt, int32_t type, int32_t E, int32_t K, int64_t B, int64_t T,
+                          int64_t group_tokens, int update, int mb)
+{
+    static const char *tn[] = {"none", "switch", "sequence", "global"};
+    hx_case *c = hx_case_new(s, "aux_loss", dt, call_aux_loss, "%s E=%d K=%d B=%lld T=%lld Tg=%lld upd=%d mb=%d",
+                             tn[type], E, K, (long long)B, (long long)T, (long long)group_tokens, update, mb);
+    aux_args *a = hx_case_args(c, sizeof *a);
+    a->ap = (moe_aux_params){.type = type, .E = E, .K = K, .update_global = update, .B = B, .T = T,
+                             .alpha = 0.01, .scale = 0.25};
+    const size_t n = (size_t)(B * E);
+    int64_t *cnt = malloc(sizeof(int64_t) * n);
+    double *sums = malloc(sizeof(double) * n), *glob = malloc(sizeof(double) * (size_t)(E + 2));
+    if (!cnt || !sums || !glob) hx_die("out of memory");
+    for (size_t i = 0; i < n; i++) {
+        cnt[i] = hx_int(&c->rng, 0, T / B * K + 1);
+        sums[i] = hx_unif(&c->rng, 0, 2.0 * (double)T / (double)B / E);
+    }
+    for (int32_t i = 0; i < E; i++) glob[i] = mb * (double)hx_int(&c->rng, 0, 3 * group_tokens + 1);
+    glob[E] = mb * (double)group_tokens, glob[E + 1] = mb;
+    hx_buf_set(c, AL_COUNTS, "counts", HX_I64, HX_IN, n, cnt);
+    hx_buf_set(c, AL_SUMS, "score_sums", HX_F64, HX_IN, n, sums);
+    hx_buf_set(c, AL_GTOK, "group_tokens", HX_I64, HX_IN, 1, &group_tokens);
+    if (type == MOE_AUX_GLOBAL) hx_buf_set(c, AL_GLOBAL, "global", HX_F64, HX_OUT, (size_t)(E + 2), glob);
+    hx_buf_set(c, AL_COEF, "coef", HX_F64, HX_OUT, n, NULL);
+    hx_buf_set(c, AL_LOSS, "loss", HX_F64, HX_OUT, 1, NULL);
+    free(cnt), free(sums), free(glob);
+}
+
+enum { CA_SRC, CA_DST };
+
+static int32_t call_count_add(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    return ops->count_add(ex, *(const int64_t *)c->args, d[CA_SRC], d[CA_DST]);
+}
+
+static void count_add_case(hx_suite *s, int32_t dt, int64_t n)
+{
+    hx_case *c = hx_case_new(s, "count_add", dt, call_count_add, "n=%lld", (long long)n);
+    *(int64_t *)hx_case_args(c, sizeof(int64_t)) = n;
+    int64_t *v = malloc(sizeof(int64_t) * (size_t)(2 * n + 1));
+    if (!v) hx_die("out of memory");
+    for (int64_t i = 0; i < 2 * n; i++) v[i] = hx_int(&c->rng, 0, 1000000);
+    hx_buf_set(c, CA_SRC, "src", HX_I64, HX_IN, (size_t)n, v);
+    hx_buf_set(c, CA_DST, "dst", HX_I64, HX_OUT, (size_t)n, v + n); /* += */
+    free(v);
+}
+
+typedef struct bias_args {
+    int32_t E;
+    double rate;
+} bias_args;
+enum { BU_COUNTS, BU_BIAS };
+
+static int32_t call_bias_update(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const bias_args *a = c->args;
+    return ops->bias_update(ex, a->E, d[BU_COUNTS], a->rate, d[BU_BIAS]);
+}
+
+/* counts NULL: random counts. */
+static void bias_update_case(hx_suite *s, int32_t dt, int32_t E, const int64_t *counts, double rate, const char *what)
+{
+    hx_case *c = hx_case_new(s, "bias_update", dt, call_bias_update, "E=%d rate=%g %s", E, rate, what);
+    bias_args *a = hx_case_args(c, sizeof *a);
+    a->E = E, a->rate = rate;
+    int64_t *v = malloc(sizeof(int64_t) * (size_t)E);
+    if (!v) hx_die("out of memory");
+    for (int32_t i = 0; i < E; i++) v[i] = counts ? counts[i] : hx_int(&c->rng, 0, 100);
+    hx_buf_set(c, BU_COUNTS, "counts", HX_I64, HX_IN, (size_t)E, v);
+    hx_real_rand(c, BU_BIAS, "bias", HX_OUT, (size_t)E, -0.05, 0.05); /* += */
+    free(v);
+}
+
+void hx_cases_route(hx_suite *s, int32_t dt)
+{
+    enum { SM = MOE_SCORE_SOFTMAX, PRE = MOE_SCORE_SOFTMAX_PRE_TOPK, SIG = MOE_SCORE_SIGMOID,
+           SSP = MOE_SCORE_SQRTSOFTPLUS };
+    /* route_fwd: every score function; softmax (top-k then softmax) only with K > 1 (MATH.md §2);
+     * T = 0 and 1, K = E, groups (DeepSeek style), scaling, the expert bias, ties, saturation */
+    route_fwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 64, 8, 0, 0, 127, 2.5, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 8, 2, 0, 0, 0, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 8, 2, 0, 0, 1, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 4, 4, 0, 0, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 64, 8, 8, 4, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 16, 4, 0, 0, 127, 1.0, 0, L_TIES);
+    route_fwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, 0, L_LARGE);
+    route_fwd_case(s, dt, PRE, 8, 1, 0, 0, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, PRE, 16, 4, 0, 0, 127, 1.5, 0, L_RANDOM);
+    route_fwd_case(s, dt, PRE, 8, 2, 0, 0, 33, 1.0, 0, L_TIES);
+    route_fwd_case(s, dt, PRE, 16, 4, 4, 2, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 8, 1, 0, 0, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 12, 3, 0, 0, 127, 1.0, 1, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 16, 4, 4, 2, 33, 2.0, 1, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 32, 8, 8, 4, 33, 1.0, 0, L_TIES);
+    route_fwd_case(s, dt, SIG, 8, 2, 0, 0, 33, 1.0, 1, L_LARGE);
+    route_fwd_case(s, dt, SIG, 8, 1, 4, 2, 33, 1.0, 1, L_RANDOM); /* K/M = 0: every group scores 0 */
+    route_fwd_case(s, dt, SSP, 12, 2, 0, 0, 33, 1.0, 1, L_RANDOM);
+    route_fwd_case(s, dt, SSP, 12, 2, 3, 1, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SSP, 6, 1, 0, 0, 1, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SSP, 9, 3, 0, 0, 64, 1.0, 0, L_TIES);
+
+    /* route_bwd: every score function, K = 1 where allowed, scaling, T = 0 and 1, group params */
+    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, SM, 64, 8, 0, 0, 127, 2.5, L_RANDOM);
+    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 0, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, PRE, 8, 1, 0, 0, 33, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, PRE, 16, 4, 4, 2, 33, 1.0, L_TIES);
+    route_bwd_case(s, dt, SIG, 8, 1, 0, 0, 33, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, SIG, 12, 3, 0, 0, 127, 0.5, L_LARGE);
+    route_bwd_case(s, dt, SSP, 12, 2, 0, 0, 33, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, SSP, 6, 1, 0, 0, 1, 1.0, L_RANDOM);
+
+    /* aux_stats / aux_bwd: every score function, switch (S = T) and sequences, several chunks of
+     * 256 tokens per sequence, T = 0 (B = 0), T = 1, ties */
+    for (int32_t sf = SM; sf <= SSP; sf++) aux_stats_case(s, dt, sf, 8, 2, 33, 33, L_RANDOM);
+    aux_stats_case(s, dt, SIG, 12, 3, 99, 33, L_RANDOM);
+    aux_stats_case(s, dt, SSP, 8, 2, 600, 300, L_RANDOM);
+    aux_stats_case(s, dt, SM, 8, 2, 600, 600, L_RANDOM);
+    aux_stats_case(s, dt, SM, 8, 2, 0, 0, L_RANDOM);
+    aux_stats_case(s, dt, SSP, 4, 1, 1, 1, L_RANDOM);
+    aux_stats_case(s, dt, SM, 16, 4, 64, 16, L_TIES);
+    for (int32_t sf = SM; sf <= SSP; sf++) aux_bwd_case(s, dt, sf, 8, 33, 33);
+    aux_bwd_case(s, dt, SIG, 12, 99, 33);
+    aux_bwd_case(s, dt, SM, 8, 600, 300);
+    aux_bwd_case(s, dt, SM, 8, 0, 0);
+
+    /* z-loss: large logits (lse far from 0), several chunks, T = 0 (sum = 0 is written), E = 1 */
+    zloss_case(s, dt, 0, 8, 33, 0, L_RANDOM);
+    zloss_case(s, dt, 0, 64, 127, 0, L_LARGE);
+    zloss_case(s, dt, 0, 8, 600, 0, L_RANDOM);
+    zloss_case(s, dt, 0, 8, 0, 0, L_RANDOM);
+    zloss_case(s, dt, 0, 1, 1, 0, L_RANDOM);
+    zloss_case(s, dt, 1, 8, 33, 1e-3, L_RANDOM);
+    zloss_case(s, dt, 1, 64, 127, 2e-4, L_LARGE);
+    zloss_case(s, dt, 1, 8, 0, 1e-3, L_RANDOM);
+    zloss_case(s, dt, 1, 1, 1, 0.5, L_RANDOM);
+
+    /* aux_loss: switch (one rank, and a group of two), no tokens, sequences, the global running
+     * state fresh / carried over / read without update */
+    aux_loss_case(s, dt, MOE_AUX_SWITCH, 8, 2, 1, 33, 33, 0, 0);
+    aux_loss_case(s, dt, MOE_AUX_SWITCH, 8, 2, 1, 33, 66, 0, 0);
+    aux_loss_case(s, dt, MOE_AUX_SWITCH, 8, 2, 1, 0, 0, 0, 0);
+    aux_loss_case(s, dt, MOE_AUX_SEQUENCE, 12, 3, 3, 99, 99, 0, 0);
+    aux_loss_case(s, dt, MOE_AUX_GLOBAL, 8, 2, 1, 33, 66, 1, 0);
+    aux_loss_case(s, dt, MOE_AUX_GLOBAL, 8, 2, 1, 33, 66, 1, 2);
+    aux_loss_case(s, dt, MOE_AUX_GLOBAL, 8, 2, 1, 33, 66, 0, 2);
+    aux_loss_case(s, dt, MOE_AUX_GLOBAL, 8, 2, 1, 33, 33, 0, 0);
+
+    count_add_case(s, dt, 0);
+    count_add_case(s, dt, 1);
+    count_add_case(s, dt, 33);
+    count_add_case(s, dt, 1000);
+
+    /* bias_update: MATH.md §7's closed form, counts at the mean (sign 0), all equal, E = 1, random */
+    const int64_t c4[4] = {5, 1, 2, 0}, at_mean[4] = {3, 3, 2, 4}, equal[8] = {7, 7, 7, 7, 7, 7, 7, 7}, one[1] = {9};
+    bias_update_case(s, dt, 4, c4, 1e-3, "counts=5,1,2,0");
+    bias_update_case(s, dt, 4, at_mean, 1e-3, "counts=3,3,2,4");
+    bias_update_case(s, dt, 8, equal, 1e-3, "all equal");
+    bias_update_case(s, dt, 1, one, 1e-2, "one expert");
+    bias_update_case(s, dt, 33, NULL, 1e-3, "random");
+}

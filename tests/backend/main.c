@@ -1,0 +1,117 @@
+/*
+ * test_backend_ops: runs every case of every op on backend A and backend B and compares.
+ *
+ *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME]
+ *
+ * NAME: a backend of this build by its name ("cpu", later "cuda").
+ * One line per case, then "backend-ops: N passed, M failed, S skipped" and "N passed, M failed".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+
+static const char *usage = "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME]\n"
+                           "  NAME: cpu (or another backend of this build)\n";
+
+/* A backend of this build by name. */
+static const moe_backend *find_backend(const char *name)
+{
+    const int32_t types[] = {MOE_DEVICE_CPU, MOE_DEVICE_CUDA};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const moe_backend *be = moe_backend_for_device(types[i]);
+        if (be && strcmp(be->name, name) == 0) return be;
+    }
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name_a = "cpu", *name_b = "cpu", *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--backend-a") == 0 && v) name_a = v, i++;
+        else if (strcmp(argv[i], "--backend-b") == 0 && v) name_b = v, i++;
+        else if (strcmp(argv[i], "--op") == 0 && v) only = v, i++;
+        else {
+            fputs(usage, stdout);
+            return 2;
+        }
+    }
+    if (!hx_ops_check()) return 2;
+    if (only && hx_op_index(only) < 0) hx_die("--op %s: not an op of moe_ops", only);
+    const moe_backend *be_a = find_backend(name_a), *be_b = find_backend(name_b);
+    if (!be_a || !be_b) hx_die("backend '%s' is not in this build", be_a ? name_b : name_a);
+
+    hx_suite suite = {0};
+    const int32_t dtypes[2] = {MOE_DTYPE_FP32, MOE_DTYPE_FP64};
+    for (int d = 0; d < 2; d++) {
+        hx_cases_gemm(&suite, dtypes[d]);
+        hx_cases_route(&suite, dtypes[d]);
+        hx_cases_dispatch(&suite, dtypes[d]);
+        hx_cases_rows(&suite, dtypes[d]);
+        hx_cases_elementwise(&suite, dtypes[d]);
+    }
+
+    hx_side a, b;
+    int32_t st;
+    if ((st = hx_side_open(&a, be_a)) != MOE_OK) hx_die("%s: device_open: %s", be_a->name, moe_status_name(st));
+    if ((st = hx_side_open(&b, be_b)) != MOE_OK) hx_die("%s: device_open: %s", be_b->name, moe_status_name(st));
+    printf("backend-ops: A = %s, B = %s, %d cases%s\n", be_a->name, be_b->name, suite.n,
+           be_a == be_b ? " (one backend twice: outputs must be bitwise identical)" : "");
+
+    int passed = 0, failed = 0, skipped = 0;
+    const double t0 = now_s();
+    for (int i = 0; i < suite.n; i++) {
+        const hx_case *c = &suite.cases[i];
+        if (only && strcmp(c->op, only) != 0) continue;
+        hx_result r;
+        hx_run_case(&a, &b, c, &r);
+        const char *dn = c->dtype == MOE_DTYPE_FP64 ? "f64" : "f32";
+        if (r.skipped) {
+            skipped++;
+            printf("%-19s %s  %-58s %-17s skip: %s\n", c->op, dn, c->shape, "", r.msg);
+        } else if (r.fail == HX_OK) {
+            passed++;
+            printf("%-19s %s  %-58s max_rel=%.2e  ok\n", c->op, dn, c->shape, r.max_rel);
+        } else {
+            failed++;
+            printf("%-19s %s  %-58s max_rel=%.2e  FAIL (%s): %s\n", c->op, dn, c->shape, r.max_rel,
+                   hx_fail_name(r.fail), r.msg);
+        }
+    }
+    const double secs = now_s() - t0;
+
+    /* coverage: every op slot has a case for both tables (a gap counts as a failure) */
+    int gaps = 0;
+    for (int o = 0; o < hx_ops_count; o++) {
+        if (only && strcmp(hx_ops[o].name, only) != 0) continue;
+        for (int d = 0; d < 2; d++) {
+            int n = 0;
+            for (int i = 0; i < suite.n; i++)
+                n += strcmp(suite.cases[i].op, hx_ops[o].name) == 0 && suite.cases[i].dtype == dtypes[d];
+            if (n == 0) {
+                printf("coverage: no case of %s for the %s table\n", hx_ops[o].name, d ? "f64" : "f32");
+                gaps++;
+            }
+        }
+    }
+    failed += gaps;
+    printf("backend-ops: %.2f s\n", secs);
+
+    printf("backend-ops: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("%d passed, %d failed\n", passed, failed);
+    hx_side_close(&a);
+    hx_side_close(&b);
+    hx_suite_free(&suite);
+    return failed == 0 ? 0 : 1;
+}
