@@ -28,7 +28,7 @@ enum { HX_F32, HX_F64, HX_BF16, HX_I32, HX_I64, HX_U8, HX_BYTES };
 enum { HX_IN, HX_OUT };
 /* How an output is compared: MATH.md §9 tolerances, or bit for bit. */
 enum { HX_CMP_TOL, HX_CMP_EXACT };
-/* Why a case failed. */
+/* Why a case failed (the self-test asks for a specific kind). */
 enum { HX_OK = 0, HX_FAIL_SETUP, HX_FAIL_STATUS, HX_FAIL_GUARD, HX_FAIL_INPUT, HX_FAIL_VALUE };
 
 /* splitmix64: small, fast and the same everywhere. */
@@ -150,6 +150,12 @@ typedef struct hx_result {
 } hx_result;
 void hx_run_case(const hx_side *a, const hx_side *b, const hx_case *c, hx_result *res);
 const char *hx_fail_name(int fail);
+
+/* ---- the deliberately broken backends of the self-test (broken_backend.c) ---------------------- */
+/* A copy of the CPU backend with one op replaced by a wrong wrapper: "broken-permute",
+ * "broken-unpermute", "broken-overflow", "broken-gemm"; NULL for another name. *op receives the
+ * broken op's name. */
+const moe_backend *hx_broken_backend(const char *variant, const char **op);
 
 /* Exits with status 2 after printing (programming errors of a case builder). */
 void hx_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));

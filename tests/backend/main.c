@@ -1,10 +1,14 @@
 /*
  * test_backend_ops: runs every case of every op on backend A and backend B and compares.
  *
- *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME]
+ *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]
  *
- * NAME: a backend of this build by its name ("cpu", later "cuda").
+ * NAME: a backend of this build by its name ("cpu", later "cuda"), or one of the self-test's broken
+ * copies of the CPU backend (broken-permute, broken-unpermute, broken-overflow, broken-gemm).
  * One line per case, then "backend-ops: N passed, M failed, S skipped" and "N passed, M failed".
+ * --expect-fail turns the run into the harness's self-test: it passes only if some case of OP
+ * failed (with KIND: guard, value, status, input, if given) and every case of every other op passed;
+ * the last line then counts the ops whose outcome was as expected.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +17,19 @@
 
 #include "harness.h"
 
-static const char *usage = "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME]\n"
-                           "  NAME: cpu (or another backend of this build)\n";
+static const char *usage =
+    "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]\n"
+    "  NAME: cpu (or another backend of this build), broken-permute, broken-unpermute,\n"
+    "        broken-overflow, broken-gemm\n";
 
-/* A backend of this build by name. */
+/* A backend of this build by name, or a broken copy of the CPU backend. */
 static const moe_backend *find_backend(const char *name)
 {
+    const moe_backend *be = hx_broken_backend(name, NULL);
+    if (be) return be;
     const int32_t types[] = {MOE_DEVICE_CPU, MOE_DEVICE_CUDA};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const moe_backend *be = moe_backend_for_device(types[i]);
+        be = moe_backend_for_device(types[i]);
         if (be && strcmp(be->name, name) == 0) return be;
     }
     return NULL;
@@ -34,21 +42,42 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int kind_by_name(const char *s)
+{
+    for (int k = HX_FAIL_SETUP; k <= HX_FAIL_VALUE; k++)
+        if (strcmp(hx_fail_name(k), s) == 0) return k;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     const char *name_a = "cpu", *name_b = "cpu", *only = NULL;
+    char expect_op[64] = "";
+    int expect_kind = 0; /* 0: any failure kind */
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--backend-a") == 0 && v) name_a = v, i++;
         else if (strcmp(argv[i], "--backend-b") == 0 && v) name_b = v, i++;
         else if (strcmp(argv[i], "--op") == 0 && v) only = v, i++;
-        else {
+        else if (strcmp(argv[i], "--expect-fail") == 0 && v && strlen(v) < sizeof expect_op) {
+            strcpy(expect_op, v), i++;
+            char *colon = strchr(expect_op, ':');
+            if (colon) {
+                *colon = '\0';
+                if ((expect_kind = kind_by_name(colon + 1)) < 0) hx_die("unknown failure kind '%s'", colon + 1);
+            }
+        } else {
             fputs(usage, stdout);
             return 2;
         }
     }
     if (!hx_ops_check()) return 2;
+    if (hx_ops_count > 64) hx_die("more than 64 ops: enlarge the per-op tallies");
     if (only && hx_op_index(only) < 0) hx_die("--op %s: not an op of moe_ops", only);
+    if (expect_op[0] && hx_op_index(expect_op) < 0) hx_die("--expect-fail %s: not an op of moe_ops", expect_op);
+    /* the broken tables are static: one variant per process */
+    if (hx_broken_backend(name_a, NULL) && hx_broken_backend(name_b, NULL) && strcmp(name_a, name_b) != 0)
+        hx_die("A and B cannot be two different broken backends");
     const moe_backend *be_a = find_backend(name_a), *be_b = find_backend(name_b);
     if (!be_a || !be_b) hx_die("backend '%s' is not in this build", be_a ? name_b : name_a);
 
@@ -69,22 +98,25 @@ int main(int argc, char **argv)
     printf("backend-ops: A = %s, B = %s, %d cases%s\n", be_a->name, be_b->name, suite.n,
            be_a == be_b ? " (one backend twice: outputs must be bitwise identical)" : "");
 
-    int passed = 0, failed = 0, skipped = 0;
+    /* per op: cases that passed / failed, and whether a failure of the expected kind was seen */
+    int op_pass[64] = {0}, op_fail[64] = {0}, op_kind_seen[64] = {0}, passed = 0, failed = 0, skipped = 0;
     const double t0 = now_s();
     for (int i = 0; i < suite.n; i++) {
         const hx_case *c = &suite.cases[i];
         if (only && strcmp(c->op, only) != 0) continue;
         hx_result r;
         hx_run_case(&a, &b, c, &r);
+        const int oi = hx_op_index(c->op);
         const char *dn = c->dtype == MOE_DTYPE_FP64 ? "f64" : "f32";
         if (r.skipped) {
             skipped++;
             printf("%-19s %s  %-58s %-17s skip: %s\n", c->op, dn, c->shape, "", r.msg);
         } else if (r.fail == HX_OK) {
-            passed++;
+            passed++, op_pass[oi]++;
             printf("%-19s %s  %-58s max_rel=%.2e  ok\n", c->op, dn, c->shape, r.max_rel);
         } else {
-            failed++;
+            failed++, op_fail[oi]++;
+            op_kind_seen[oi] |= expect_kind == 0 || r.fail == expect_kind;
             printf("%-19s %s  %-58s max_rel=%.2e  FAIL (%s): %s\n", c->op, dn, c->shape, r.max_rel,
                    hx_fail_name(r.fail), r.msg);
         }
@@ -108,10 +140,31 @@ int main(int argc, char **argv)
     failed += gaps;
     printf("backend-ops: %.2f s\n", secs);
 
-    printf("backend-ops: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
-    printf("%d passed, %d failed\n", passed, failed);
+    int rc;
+    if (!expect_op[0]) {
+        printf("backend-ops: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+        printf("%d passed, %d failed\n", passed, failed);
+        rc = failed == 0 ? 0 : 1;
+    } else {
+        /* self-test verdict per op: the broken op must fail (as KIND), every other op must pass */
+        int ok_ops = 0, bad_ops = gaps;
+        for (int o = 0; o < hx_ops_count; o++) {
+            if (only && strcmp(hx_ops[o].name, only) != 0) continue;
+            const int broken = strcmp(hx_ops[o].name, expect_op) == 0;
+            const int good = broken ? op_fail[o] > 0 && op_kind_seen[o] : op_fail[o] == 0;
+            if (broken || !good)
+                printf("self-test: %s %s (%d of %d cases failed%s%s)\n", hx_ops[o].name,
+                       good ? "failed as expected" : broken ? "was NOT caught" : "failed but is not the broken op",
+                       op_fail[o], op_fail[o] + op_pass[o], expect_kind ? ", expected kind " : "",
+                       expect_kind ? hx_fail_name(expect_kind) : "");
+            good ? ok_ops++ : bad_ops++;
+        }
+        printf("backend-ops: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+        printf("%d passed, %d failed\n", ok_ops, bad_ops);
+        rc = bad_ops == 0 ? 0 : 1;
+    }
     hx_side_close(&a);
     hx_side_close(&b);
     hx_suite_free(&suite);
-    return failed == 0 ? 0 : 1;
+    return rc;
 }
