@@ -264,8 +264,9 @@ static void ag_pack_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t 
 static void ag_rows_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t T, int32_t first, int32_t El,
                          int64_t extra, int64_t slack, int fault)
 {
-    hx_case *c = hx_case_new(s, "ag_expert_rows", dt, call_ag_rows, "E=%d K=%d T=%lld local=%d+%d rrec+%lld slack=%lld%s",
-                             E, K, (long long)T, first, El, (long long)extra, (long long)slack,
+    hx_case *c = hx_case_new(s, "ag_expert_rows", dt, call_ag_rows,
+                             "E=%d K=%d T=%lld local=%d+%d rrec+%lld slack=%lld%s", E, K, (long long)T, first, El,
+                             (long long)extra, (long long)slack,
                              fault == 1 ? " overfull" : fault == 2 ? " bad-expert" : "");
     ag_args *a = hx_case_args(c, sizeof *a);
     a->T = T, a->K = K, a->E = E, a->first = first, a->El = El, a->rrec = record_bytes(c, K, extra);

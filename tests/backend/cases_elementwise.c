@@ -22,9 +22,15 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
-static int storage_type(int32_t dtype) { return dtype == MOE_DTYPE_BF16 ? HX_BF16 : dtype == MOE_DTYPE_FP64 ? HX_F64 : HX_F32; }
+static int storage_type(int32_t dtype)
+{
+    return dtype == MOE_DTYPE_BF16 ? HX_BF16 : dtype == MOE_DTYPE_FP64 ? HX_F64 : HX_F32;
+}
 
-static const char *dtype_name(int32_t dtype) { return dtype == MOE_DTYPE_BF16 ? "bf16" : dtype == MOE_DTYPE_FP64 ? "f64" : "f32"; }
+static const char *dtype_name(int32_t dtype)
+{
+    return dtype == MOE_DTYPE_BF16 ? "bf16" : dtype == MOE_DTYPE_FP64 ? "f64" : "f32";
+}
 
 static uint32_t f32_bits(float f)
 {
@@ -127,17 +133,18 @@ static int32_t call_convert(const hx_case *c, const moe_ops *ops, const moe_exec
 /* Value i of a convert input: the specials first, then random magnitudes of both signs. */
 static double convert_value(hx_case *c, int32_t src, size_t i)
 {
-    /* 0x3F818000: a bf16 tie with an even upper half (stays), 0x3F838000: odd (rounds up) */
-    const double tie_even = bits_f32(0x3F818000u), tie_odd = bits_f32(0x3F838000u);
+    /* bf16 ties: 0x3F828000 has an even upper half (rounds down), 0x3F838000 an odd one (rounds up);
+     * 0x7F7F8000 is a tie at the top of the range (rounds to Inf); 1e-40 is an fp32 subnormal */
+    const double tie_even = bits_f32(0x3F828000u), tie_odd = bits_f32(0x3F838000u);
     const double specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.0, -1.5, FLT_MAX, -FLT_MAX,
-                               bits_f32(0x7F7F8000u) /* a tie at the top: rounds to Inf in bf16 */, 1e-40 /* fp32 subnormal */,
-                               tie_even, tie_odd, -tie_odd,
+                               bits_f32(0x7F7F8000u), 1e-40, tie_even, tie_odd, -tie_odd,
                                /* fp64 only: out of fp32 range, below its subnormals, next to a bf16 tie
                                 * (one rounding from fp64 must not round twice) */
                                1e39, -1e39, 1e-50, tie_even * (1 + 0x1p-30), tie_even * (1 - 0x1p-30),
                                tie_odd * (1 - 0x1p-30)};
     const size_t ns = sizeof specials / sizeof specials[0], ns32 = 15;
-    if (i >= 1 && i - 1 < (src == MOE_DTYPE_FP64 ? ns : ns32)) return specials[i - 1]; /* i = 0: an ordinary value */
+    /* i = 0: an ordinary value (a lone NaN would equal the NaN poison) */
+    if (i >= 1 && i - 1 < (src == MOE_DTYPE_FP64 ? ns : ns32)) return specials[i - 1];
     const double mag = pow(10.0, hx_unif(&c->rng, src == MOE_DTYPE_FP64 ? -45 : -35, 35));
     return hx_int(&c->rng, 0, 2) ? mag : -mag;
 }
@@ -241,7 +248,8 @@ static void axpby_case(hx_suite *s, int32_t dt, int64_t n, double alpha, int acc
 /* x in [-30, 30] with every 10th element at +-100 (exp would overflow in the naive form). */
 static void sigmoid_fwd_case(hx_suite *s, int32_t dt, int64_t n, int inplace)
 {
-    hx_case *c = hx_case_new(s, "sigmoid_fwd", dt, call_sigmoid_fwd, "n=%lld%s", (long long)n, inplace ? " in-place" : "");
+    hx_case *c = hx_case_new(s, "sigmoid_fwd", dt, call_sigmoid_fwd, "n=%lld%s", (long long)n,
+                             inplace ? " in-place" : "");
     ew_args *a = ew_new(c);
     a->n = n, a->inplace = inplace;
     double *x = xmalloc(sizeof(double) * (size_t)n);
@@ -257,7 +265,8 @@ static void sigmoid_fwd_case(hx_suite *s, int32_t dt, int64_t n, int inplace)
 
 static void sigmoid_bwd_case(hx_suite *s, int32_t dt, int64_t n, int inplace)
 {
-    hx_case *c = hx_case_new(s, "sigmoid_bwd", dt, call_sigmoid_bwd, "n=%lld%s", (long long)n, inplace ? " in-place" : "");
+    hx_case *c = hx_case_new(s, "sigmoid_bwd", dt, call_sigmoid_bwd, "n=%lld%s", (long long)n,
+                             inplace ? " in-place" : "");
     ew_args *a = ew_new(c);
     a->n = n, a->inplace = inplace;
     hx_real_rand(c, EW_X, "y", HX_IN, (size_t)n, 0.001, 0.999);

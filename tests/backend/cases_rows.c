@@ -92,8 +92,9 @@ static void rows_case(hx_suite *s, int32_t dt, int kind, int64_t n, int64_t rows
 {
     static const char *names[] = {"rows_gather_split", "rows_scatter_join", "rows_scatter_split", "rows_gather_join"};
     static const hx_call calls[] = {call_gather_split, call_scatter_join, call_scatter_split, call_gather_join};
-    hx_case *c = hx_case_new(s, names[kind], dt, calls[kind], "n=%lld rows=%lld map=%d ab=%zu bb=%zu b=%d alias=%lld+%lld",
-                             (long long)n, (long long)rows, map, ab, bb, has_b, (long long)lo, (long long)an);
+    hx_case *c = hx_case_new(s, names[kind], dt, calls[kind],
+                             "n=%lld rows=%lld map=%d ab=%zu bb=%zu b=%d alias=%lld+%lld", (long long)n,
+                             (long long)rows, map, ab, bb, has_b, (long long)lo, (long long)an);
     rows_args *a = hx_case_args(c, sizeof *a);
     a->n = n, a->lo = lo, a->an = an, a->ab = ab, a->bb = bb;
     const size_t rb = ab + (has_b ? bb : 0);
