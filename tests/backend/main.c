@@ -3,8 +3,11 @@
  *
  *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]
  *
- * NAME: a backend of this build by its name ("cpu", later "cuda"), or one of the self-test's broken
- * copies of the CPU backend (broken-permute, broken-unpermute, broken-overflow, broken-gemm).
+ * NAME: a backend of this build by its name ("cpu", later "cuda"); "guarded-cpu", the CPU backend
+ * whose device memory faults when touched outside backend entries (tests/unit/guarded_backend.c:
+ * run as B it proves the harness reaches device memory only through the backend); or one of the
+ * self-test's broken copies of the CPU backend (broken-permute, broken-unpermute, broken-overflow,
+ * broken-gemm).
  * One line per case, then "backend-ops: N passed, M failed, S skipped" and "N passed, M failed".
  * --expect-fail turns the run into the harness's self-test: it passes only if some case of OP
  * failed (with KIND: guard, value, status, input, if given) and every case of every other op passed;
@@ -15,16 +18,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "guarded_backend.h"
 #include "harness.h"
 
 static const char *usage =
     "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]\n"
-    "  NAME: cpu (or another backend of this build), broken-permute, broken-unpermute,\n"
-    "        broken-overflow, broken-gemm\n";
+    "  NAME: cpu (or another backend of this build), guarded-cpu, broken-permute,\n"
+    "        broken-unpermute, broken-overflow, broken-gemm\n";
 
-/* A backend of this build by name, or a broken copy of the CPU backend. */
+/* A backend of this build by name, the guarded CPU backend, or a broken copy of the CPU backend. */
 static const moe_backend *find_backend(const char *name)
 {
+    static moe_backend guarded;
+    if (strcmp(name, "guarded-cpu") == 0) {
+        guarded = guarded_backend();
+        return &guarded;
+    }
     const moe_backend *be = hx_broken_backend(name, NULL);
     if (be) return be;
     const int32_t types[] = {MOE_DEVICE_CPU, MOE_DEVICE_CUDA};
