@@ -18,6 +18,11 @@
  *    and the alias's members point to device memory). An op never reads a device value
  *    back to decide what to do on the host: sizes and offsets the host must know are [host] inputs.
  *  - Ops run in stream order on ex->stream; none synchronises with the host.
+ *  - Statuses: an op returns an error for invalid host arguments. A few ops also check device data
+ *    that a broken peer or caller could make inconsistent (align_rows: blocks beyond rx_cap;
+ *    ag_expert_rows: expert ids out of range, blocks too small): the CPU backend returns the status
+ *    documented there; a device backend that cannot see the data without a read-back must at least
+ *    never write outside the outputs' bounds. After a failure the outputs' contents are unspecified.
  */
 #ifndef MOE_BACKEND_OPS_H
 #define MOE_BACKEND_OPS_H
@@ -103,7 +108,8 @@ typedef struct moe_ops {
     /* Grouped weight-gradient GEMM, groups along the shared (reduction) rows:
      * C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a ([R,m]),
      * B_g = same rows of b ([R,n]), C_g = c + g * c_group_stride elements. A group with no rows
-     * gets C_g = beta * C_g. off [groups+1] is [host]. */
+     * gets C_g = beta * C_g (beta = 0: zeros, C_g's previous contents, NaN included, ignored, as in
+     * every GEMM op). off [groups+1] is [host]. */
     int32_t (*gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
                                    double alpha, const void *a, const void *b, double beta, void *c,
                                    int64_t c_group_stride);
@@ -147,7 +153,8 @@ typedef struct moe_ops {
     int32_t (*permute)(const moe_exec *ex, int64_t R, int64_t H, const void *x, const int64_t *row_token,
                        void *xp);
     /* y[t, :] (= or += when accumulate) sum over k = 0..K-1 with slot_row[t*K+k] >= 0 of
-     * rows[slot_row[t*K+k], :], summed in that k order. rows [R,H], y [T,H]. */
+     * rows[slot_row[t*K+k], :], summed in that k order; the sum is formed first, then stored or added
+     * to y. rows [R,H], y [T,H]. */
     int32_t (*unpermute)(const moe_exec *ex, int64_t T, int32_t K, int64_t H, const void *rows,
                          const int64_t *slot_row, int32_t accumulate, void *y);
 
