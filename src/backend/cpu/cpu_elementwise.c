@@ -1,45 +1,20 @@
 /*
  * Element-wise helpers: storage-dtype conversion (fp32 / bf16 / fp64), axpy.
  *
- * bf16 is stored as uint16_t: the top half of an fp32. Rounding to bf16 is round-to-nearest-even;
- * NaN stays a (quiet) NaN with its sign; overflow rounds to Inf like any IEEE narrowing. fp64 -> bf16
- * rounds once (not fp64 -> fp32 -> bf16, which can round twice): it narrows to fp32 with
- * round-to-odd, which is exact for a second rounding to any format at least 2 bits narrower.
- * Bit casts go through memcpy (no aliasing UB); the compiler turns them into register moves.
+ * bf16 rounding and widening: bf16.h. fp64 -> bf16 rounds once (not fp64 -> fp32 -> bf16, which can
+ * round twice): it narrows to fp32 with round-to-odd, which is exact for a second rounding to any
+ * format at least 2 bits narrower.
  */
 #include <float.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "moe.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* Below this many elements, run on one thread. */
 #define PAR_MIN_ELEMS 65536
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f)
-{
-    const uint32_t u = f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN: keep it quiet */
-    /* RNE: add half an ulp of bf16 minus one, plus the lsb of the kept part (ties to even) */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-static inline float bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
 
 /* fp64 -> fp32 rounded to odd: truncate toward zero, and set the lsb if the result is inexact. */
 static inline float f64_to_f32_odd(double d)
