@@ -93,26 +93,31 @@ typedef struct moe_ops {
     size_t elem_size;  /* sizeof(real) */
 
     /* ---- dense linear algebra ------------------------------------------------------------- */
+    /* Operand dtypes: a_dtype / b_dtype say how A and B are stored, each the table's dtype or
+     * MOE_DTYPE_BF16 (bf16 weights of bf16 layers); C is always in the table's dtype. When either
+     * operand is bf16 the product is bf16 x bf16 with fp32 accumulation (MATH.md §9): the other
+     * operand, if stored in fp32, is first rounded to bf16 (RNE). Tables other than fp32 reject bf16
+     * operands with MOE_ERR_UNSUPPORTED. With both operands in the table's dtype nothing is rounded. */
     /* C[m,n] = alpha * op(A) op(B) + beta * C; op(X) = X or X^T (trans_* = 1). Row-major with
      * leading dimensions. beta = 0 ignores C's previous contents (NaN included). */
     int32_t (*gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
-                    double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                    int64_t ldc);
+                    double alpha, const void *a, int32_t a_dtype, int64_t lda, const void *b, int32_t b_dtype,
+                    int64_t ldb, double beta, void *c, int64_t ldc);
     /* Grouped GEMM, groups along rows of A and C: for g in [0,G): rows r in [off[g], off[g+1]),
      * C[r, :n] = alpha * A[r, :k] op(B_g) + beta * C[r, :n],
      * B_g = b + g * b_group_stride elements, op(B_g) = B_g ([k,n]) or B_g^T (trans_b = 1, B_g is [n,k]).
      * Groups with no rows are skipped. off [groups+1] is [host]: the row counts decide the GEMM shapes. */
     int32_t (*gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
-                                 int64_t n, int64_t k, double alpha, const void *a, const void *b,
-                                 int64_t b_group_stride, double beta, void *c);
+                                 int64_t n, int64_t k, double alpha, const void *a, int32_t a_dtype,
+                                 const void *b, int32_t b_dtype, int64_t b_group_stride, double beta, void *c);
     /* Grouped weight-gradient GEMM, groups along the shared (reduction) rows:
      * C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a ([R,m]),
      * B_g = same rows of b ([R,n]), C_g = c + g * c_group_stride elements. A group with no rows
      * gets C_g = beta * C_g (beta = 0: zeros, C_g's previous contents, NaN included, ignored, as in
      * every GEMM op). off [groups+1] is [host]. */
     int32_t (*gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
-                                   double alpha, const void *a, const void *b, double beta, void *c,
-                                   int64_t c_group_stride);
+                                   double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
+                                   double beta, void *c, int64_t c_group_stride);
 
     /* ---- routing (MATH.md §2) -------------------------------------------------------------- */
     /* From logits [T,E] (and the fp expert bias [E] or NULL) select experts and probabilities:

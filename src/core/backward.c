@@ -89,20 +89,20 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
 
     moe_range_push(ctx, "moe.router.backward");
     TRY(router_backward(L, step, e));
-    OP(gemm, e, 0, 0, T, H, E, 1.0, tp->dlogits.p, E, moe_layer_weight(L, MOE_PARAM_ROUTER_WEIGHT), H, 1.0, dxs, H);
+    OP(gemm, e, 0, 0, T, H, E, 1.0, tp->dlogits.p, cdt, E, WEIGHT_ARGS(L, MOE_PARAM_ROUTER_WEIGHT), H, 1.0, dxs, H);
     moe_range_pop(ctx);
 
     if (L->Fs > 0) {
         moe_range_push(ctx, "moe.shared.backward_data");
         const int64_t Fs = L->Fs, Fs1 = L->Fs1;
         void *dhs = tp->h.p; /* [T,Fs] = dy W2s */
-        OP(gemm, e, 0, 0, T, Fs, H, 1.0, tp->dys.p, H, moe_layer_weight(L, MOE_PARAM_SHARED_FC2), Fs, 0.0, dhs, Fs);
+        OP(gemm, e, 0, 0, T, Fs, H, 1.0, tp->dys.p, cdt, H, WEIGHT_ARGS(L, MOE_PARAM_SHARED_FC2), Fs, 0.0, dhs, Fs);
         const void *g = L->cfg.shared_gate ? tp->gate.p : NULL;
         OP(act_bwd, e, L->cfg.activation, T, Fs, tp->zs.p, g, dhs, tp->dzs.p, g ? tp->dgate.p : NULL);
-        OP(gemm, e, 0, 0, T, H, Fs1, 1.0, tp->dzs.p, Fs1, moe_layer_weight(L, MOE_PARAM_SHARED_FC1), H, 1.0, dxs, H);
+        OP(gemm, e, 0, 0, T, H, Fs1, 1.0, tp->dzs.p, cdt, Fs1, WEIGHT_ARGS(L, MOE_PARAM_SHARED_FC1), H, 1.0, dxs, H);
         if (g) {
             OP(sigmoid_bwd, e, T, g, tp->dgate.p, tp->dgate.p); /* d(gate logit) = dg * g (1 - g) */
-            OP(gemm, e, 0, 0, T, H, 1, 1.0, tp->dgate.p, 1, moe_layer_weight(L, MOE_PARAM_SHARED_GATE), H, 1.0, dxs, H);
+            OP(gemm, e, 0, 0, T, H, 1, 1.0, tp->dgate.p, cdt, 1, WEIGHT_ARGS(L, MOE_PARAM_SHARED_GATE), H, 1.0, dxs, H);
         }
         moe_range_pop(ctx);
     }
@@ -118,20 +118,24 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
     const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
+    /* both operands are activations in the compute dtype, for bf16 layers too: in bf16 these GEMMs
+     * only lost time on the CPU measured (bench/RESULTS.md "bf16 GEMMs"), and the main gradients are
+     * fp32 */
+    const int32_t cdt = L->ops->dtype;
 
     moe_range_push(ctx, "moe.experts.backward_weights");
     /* h = p * act(z) again (cheaper than keeping [Rx,Fl] alive between the phases) */
     OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, tp->dyr.p, tp->h.p, beta,
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, tp->dyr.p, cdt, tp->h.p, cdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
     const void *xr = NULL;
     TRY(L->disp->expert_input(L, step, e, &xr));
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, tp->dz.p, xr, beta, L->grad[MOE_PARAM_EXPERT_FC1].p,
-       F1l * H);
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, tp->dz.p, cdt, xr, cdt, beta,
+       L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H);
     moe_range_pop(ctx);
 
     moe_range_push(ctx, "moe.router.backward_weights");
-    OP(gemm, e, 1, 0, E, H, T, 1.0, tp->dlogits.p, E, tp->xs.p, H, beta, L->grad[MOE_PARAM_ROUTER_WEIGHT].p, H);
+    OP(gemm, e, 1, 0, E, H, T, 1.0, tp->dlogits.p, cdt, E, tp->xs.p, cdt, H, beta, L->grad[MOE_PARAM_ROUTER_WEIGHT].p, H);
     moe_range_pop(ctx);
 
     if (L->Fs > 0) {
@@ -139,9 +143,11 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
         const int64_t Fs = L->Fs, Fs1 = L->Fs1;
         const void *g = L->cfg.shared_gate ? tp->gate.p : NULL;
         OP(act_fwd, e, L->cfg.activation, T, Fs, tp->zs.p, g, tp->h.p);
-        OP(gemm, e, 1, 0, H, Fs, T, 1.0, tp->dys.p, H, tp->h.p, Fs, beta, L->grad[MOE_PARAM_SHARED_FC2].p, Fs);
-        OP(gemm, e, 1, 0, Fs1, H, T, 1.0, tp->dzs.p, Fs1, tp->xs.p, H, beta, L->grad[MOE_PARAM_SHARED_FC1].p, H);
-        if (g) OP(gemm, e, 1, 0, 1, H, T, 1.0, tp->dgate.p, 1, tp->xs.p, H, beta, L->grad[MOE_PARAM_SHARED_GATE].p, H);
+        OP(gemm, e, 1, 0, H, Fs, T, 1.0, tp->dys.p, cdt, H, tp->h.p, cdt, Fs, beta, L->grad[MOE_PARAM_SHARED_FC2].p, Fs);
+        OP(gemm, e, 1, 0, Fs1, H, T, 1.0, tp->dzs.p, cdt, Fs1, tp->xs.p, cdt, H, beta, L->grad[MOE_PARAM_SHARED_FC1].p, H);
+        if (g)
+            OP(gemm, e, 1, 0, 1, H, T, 1.0, tp->dgate.p, cdt, 1, tp->xs.p, cdt, H, beta, L->grad[MOE_PARAM_SHARED_GATE].p,
+               H);
         moe_range_pop(ctx);
     }
     step->state = MOE_STEP_STATE_DONE;

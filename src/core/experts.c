@@ -20,10 +20,12 @@ static void *row(const moe_layer *L, void *base, int64_t r, int64_t w)
     return (char *)base + (size_t)(r * w) * L->ops->elem_size;
 }
 
-/* Expert j's block of a weight slot (stride elements per expert). */
+/* Expert j's block of a weight slot (stride elements per expert, in the weight's storage dtype, which
+ * the GEMM ops take as it is: bf16 for bf16 layers). */
 static const void *weight_of(const moe_layer *L, int32_t slot, int64_t j, int64_t stride)
 {
-    return (const char *)moe_layer_weight(L, slot) + (size_t)(j * stride) * L->ops->elem_size;
+    const size_t es = moe_dtype_size(moe_layer_weight_dtype(L, slot));
+    return (const char *)moe_layer_weight(L, slot) + (size_t)(j * stride) * es;
 }
 
 int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_t j0, int64_t j1,
@@ -31,17 +33,19 @@ int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_
 {
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
+    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
+                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
     const int64_t step = pg ? 1 : j1 - j0; /* experts per GEMM call */
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        OP(gemm_grouped_rows, e, g, xoff + j, 1, F1l, H, 1.0, tp->xr.p, weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H),
-           F1l * H, 0.0, tp->z.p);
+        OP(gemm_grouped_rows, e, g, xoff + j, 1, F1l, H, 1.0, tp->xr.p, cdt,
+           weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->z.p);
         TRY(poll(pg));
         OP(act_fwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl));
-        OP(gemm_grouped_rows, e, g, xoff + j, 1, H, Fl, 1.0, tp->h.p, weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl),
-           H * Fl, 0.0, tp->rows.p);
+        OP(gemm_grouped_rows, e, g, xoff + j, 1, H, Fl, 1.0, tp->h.p, cdt, weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl),
+           w2dt, H * Fl, 0.0, tp->rows.p);
         TRY(poll(pg));
     }
     return MOE_OK;
@@ -52,17 +56,19 @@ int32_t moe_experts_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, 
 {
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
+    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
+                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
     const int64_t step = pg ? 1 : j1 - j0;
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        OP(gemm_grouped_rows, e, g, xoff + j, 0, Fl, H, 1.0, tp->dyr.p, weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl),
-           H * Fl, 0.0, tp->h.p);
+        OP(gemm_grouped_rows, e, g, xoff + j, 0, Fl, H, 1.0, tp->dyr.p, cdt,
+           weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, 0.0, tp->h.p);
         TRY(poll(pg));
         OP(act_bwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl), row(L, tp->dz.p, r0, F1l), row(L, tp->tok.p, r0, 1));
-        OP(gemm_grouped_rows, e, g, xoff + j, 0, H, F1l, 1.0, tp->dz.p, weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H),
-           F1l * H, 0.0, tp->rows.p);
+        OP(gemm_grouped_rows, e, g, xoff + j, 0, H, F1l, 1.0, tp->dz.p, cdt,
+           weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->rows.p);
         TRY(poll(pg));
     }
     return MOE_OK;

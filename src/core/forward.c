@@ -2,7 +2,8 @@
  * Layer forward: router -> losses -> capacity/dispatch plan -> dispatch -> experts -> combine,
  * plus the shared expert. Shapes: T tokens, H hidden, E experts, K top-k, F expert FFN size
  * (F1 = 2F for gated activations), R permuted rows. Everything runs in the compute dtype
- * (ops->dtype); bf16 layers convert at the edges. Every value stays on the device; the host reads
+ * (ops->dtype); bf16 layers convert x and y at the edges, and their GEMMs with bf16 weights multiply in
+ * bf16 (the op decides how; ops.h). Every value stays on the device; the host reads
  * the plan's per-expert offsets once (moe_step_plan_to_host) unless the shapes are static
  * (docs/backends.md, "host/device contract").
  */
@@ -89,7 +90,8 @@ static int32_t route(moe_layer *L, moe_step *step, const moe_exec *e)
     const int64_t T = step->T, H = L->H, E = L->E;
     const int32_t K = L->K;
     /* logits [T,E] = x W_r^T, then selection and probabilities */
-    OP(gemm, e, 0, 1, T, E, H, 1.0, tp->xs.p, H, moe_layer_weight(L, MOE_PARAM_ROUTER_WEIGHT), H, 0.0, tp->logits.p, E);
+    OP(gemm, e, 0, 1, T, E, H, 1.0, tp->xs.p, L->ops->dtype, H, WEIGHT_ARGS(L, MOE_PARAM_ROUTER_WEIGHT), H, 0.0,
+       tp->logits.p, E);
     const void *bias = L->cfg.expert_bias ? L->param[MOE_PARAM_EXPERT_BIAS].p : NULL;
     OP(route_fwd, e, &L->route, T, tp->logits.p, bias, tp->idx.p, tp->probs.p);
     double *losses = tp->losses.p;
@@ -141,7 +143,6 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     /* the input in the compute dtype, kept for backward (the host's x is only borrowed) */
     OP(convert, e, T * H, x, L->dtype, tp->xs.p, cdt); /* a copy when the dtypes match */
     /* NaN/Inf in x were rejected by moe_layer_forward before the tape was touched */
-    TRY(moe_layer_refresh_wcache(L, e));
 
     moe_range_push(ctx, "moe.router");
     TRY(route(L, step, e));
@@ -172,15 +173,16 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     if (L->Fs > 0) {
         moe_range_push(ctx, "moe.shared");
         const int64_t Fs = L->Fs, Fs1 = L->Fs1;
-        OP(gemm, e, 0, 1, T, Fs1, H, 1.0, tp->xs.p, H, moe_layer_weight(L, MOE_PARAM_SHARED_FC1), H, 0.0, tp->zs.p, Fs1);
+        OP(gemm, e, 0, 1, T, Fs1, H, 1.0, tp->xs.p, cdt, H, WEIGHT_ARGS(L, MOE_PARAM_SHARED_FC1), H, 0.0, tp->zs.p, Fs1);
         const void *g = NULL;
         if (L->cfg.shared_gate) {
-            OP(gemm, e, 0, 1, T, 1, H, 1.0, tp->xs.p, H, moe_layer_weight(L, MOE_PARAM_SHARED_GATE), H, 0.0, tp->gate.p, 1);
+            OP(gemm, e, 0, 1, T, 1, H, 1.0, tp->xs.p, cdt, H, WEIGHT_ARGS(L, MOE_PARAM_SHARED_GATE), H, 0.0, tp->gate.p,
+               1);
             OP(sigmoid_fwd, e, T, tp->gate.p, tp->gate.p);
             g = tp->gate.p;
         }
         OP(act_fwd, e, L->cfg.activation, T, Fs, tp->zs.p, g, tp->h.p);
-        OP(gemm, e, 0, 1, T, H, Fs, 1.0, tp->h.p, Fs, moe_layer_weight(L, MOE_PARAM_SHARED_FC2), Fs, 1.0, ys, H);
+        OP(gemm, e, 0, 1, T, H, Fs, 1.0, tp->h.p, cdt, Fs, WEIGHT_ARGS(L, MOE_PARAM_SHARED_FC2), Fs, 1.0, ys, H);
         moe_range_pop(ctx);
     }
     if (ys != y) OP(convert, e, T * H, ys, cdt, y, L->dtype);

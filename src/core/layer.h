@@ -57,8 +57,6 @@ struct moe_layer {
     moe_slot_info slot[MOE_PARAM_NUM_SLOTS];
     moe_buf param[MOE_PARAM_NUM_SLOTS];
     moe_buf grad[MOE_PARAM_NUM_SLOTS];
-    /* compute-dtype copies of bf16 parameters, refreshed at each forward (== param for fp32/fp64) */
-    moe_buf wcache[MOE_PARAM_NUM_SLOTS];
     /* aux-loss-free bias: tokens received per expert since the last update (device, [E] int64) */
     int64_t *bias_counts;
     /* MOE_AUX_GLOBAL running state over the micro-batches of a global batch (device, [E+2] double:
@@ -153,9 +151,12 @@ void moe_layer_free_params(moe_layer *layer);
 int32_t moe_layer_init_params_impl(moe_layer *layer, uint64_t seed);
 void moe_layer_retain(moe_layer *layer);
 void moe_layer_release_ref(moe_layer *layer);
-/* Compute-dtype pointer of a parameter (wcache for bf16; refreshed by moe_layer_refresh_wcache). */
+/* A parameter as a GEMM operand: its storage and storage dtype, which the GEMM ops take as they are
+ * (bf16 for the expert and shared-expert weights of bf16 layers, else the compute dtype). */
 const void *moe_layer_weight(const moe_layer *layer, int32_t slot);
-int32_t moe_layer_refresh_wcache(moe_layer *layer, const moe_exec *ex);
+int32_t moe_layer_weight_dtype(const moe_layer *layer, int32_t slot);
+/* The two GEMM-op arguments of a weight operand: pointer, dtype. */
+#define WEIGHT_ARGS(L, slot) moe_layer_weight((L), (slot)), moe_layer_weight_dtype((L), (slot))
 /* Capacity per expert of T local tokens (MATH.md §4); -1 = dropless. Shared by the layer and the
  * standalone dispatcher, so both drop the same assignments. */
 int64_t moe_layer_capacity(const moe_layer *L, int64_t T);

@@ -1,6 +1,6 @@
 /*
- * Parameter and gradient storage: slot shapes, allocation, deterministic initialisation,
- * compute-dtype caches of bf16 weights, and the layer's reference count.
+ * Parameter and gradient storage: slot shapes, allocation, deterministic initialisation, weight
+ * operands for the GEMM ops, and the layer's reference count.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -97,11 +97,6 @@ int32_t moe_layer_alloc_params(moe_layer *L)
                 return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "gradient slot %d could not be allocated", s);
             TRY(moe_mem_zero(ctx, &ex, L->grad[s].p, gbytes));
         }
-        if (si->dtype == MOE_DTYPE_BF16) {
-            size_t cbytes = (size_t)si->numel * L->ops->elem_size;
-            if (moe_buf_reserve(ctx, &L->wcache[s], cbytes, MOE_MEM_WORKSPACE))
-                return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "weight cache of slot %d could not be allocated", s);
-        }
     }
     L->bias_counts = moe_mem_alloc(ctx, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
     L->global_state = moe_mem_alloc(ctx, sizeof(double) * (size_t)(L->E + 2), MOE_MEM_WORKSPACE);
@@ -116,7 +111,6 @@ void moe_layer_free_params(moe_layer *L)
     for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
         moe_buf_release(L->ctx, &L->param[s]);
         moe_buf_release(L->ctx, &L->grad[s]);
-        moe_buf_release(L->ctx, &L->wcache[s]);
     }
     if (L->bias_counts) moe_mem_free(L->ctx, L->bias_counts, sizeof(int64_t) * (size_t)L->E, MOE_MEM_WORKSPACE);
     if (L->global_state) moe_mem_free(L->ctx, L->global_state, sizeof(double) * (size_t)(L->E + 2), MOE_MEM_WORKSPACE);
@@ -206,20 +200,10 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
     return st;
 }
 
-const void *moe_layer_weight(const moe_layer *L, int32_t slot)
-{
-    return L->slot[slot].dtype == MOE_DTYPE_BF16 ? L->wcache[slot].p : L->param[slot].p;
-}
+/* bf16 weights go to the GEMM ops as bf16 (ops.h): no fp32 copy to refresh each forward, nor to keep. */
+const void *moe_layer_weight(const moe_layer *L, int32_t slot) { return L->param[slot].p; }
 
-int32_t moe_layer_refresh_wcache(moe_layer *L, const moe_exec *ex)
-{
-    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
-        if (!L->slot[s].present || L->slot[s].dtype != MOE_DTYPE_BF16) continue;
-        int32_t st = L->ops->convert(ex, L->slot[s].numel, L->param[s].p, MOE_DTYPE_BF16, L->wcache[s].p, L->ops->dtype);
-        if (st) return moe_errorf(L->ctx, st, "converting bf16 parameter slot %d failed", s);
-    }
-    return MOE_OK;
-}
+int32_t moe_layer_weight_dtype(const moe_layer *L, int32_t slot) { return L->slot[slot].dtype; }
 
 void moe_layer_retain(moe_layer *L) { atomic_fetch_add(&L->refs, 1); }
 

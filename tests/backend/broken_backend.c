@@ -55,10 +55,10 @@ static int32_t scale_rows_over_f64(const moe_exec *ex, int64_t R, int64_t H, con
 }
 
 static int32_t gemm_off_f32(const moe_exec *ex, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
-                            double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-                            void *c, int64_t ldc)
+                            double alpha, const void *a, int32_t adt, int64_t lda, const void *b, int32_t bdt,
+                            int64_t ldb, double beta, void *c, int64_t ldc)
 {
-    int32_t st = moe_cpu_ops_f32.gemm(ex, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int32_t st = moe_cpu_ops_f32.gemm(ex, ta, tb, m, n, k, alpha, a, adt, lda, b, bdt, ldb, beta, c, ldc);
     float *C = c;
     for (int64_t i = 0; st == MOE_OK && i < m; i++)
         for (int64_t j = 0; j < n; j++) C[i * ldc + j] *= 1.001f;
@@ -66,10 +66,10 @@ static int32_t gemm_off_f32(const moe_exec *ex, int32_t ta, int32_t tb, int64_t 
 }
 
 static int32_t gemm_off_f64(const moe_exec *ex, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k,
-                            double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-                            void *c, int64_t ldc)
+                            double alpha, const void *a, int32_t adt, int64_t lda, const void *b, int32_t bdt,
+                            int64_t ldb, double beta, void *c, int64_t ldc)
 {
-    int32_t st = moe_cpu_ops_f64.gemm(ex, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int32_t st = moe_cpu_ops_f64.gemm(ex, ta, tb, m, n, k, alpha, a, adt, lda, b, bdt, ldb, beta, c, ldc);
     double *C = c;
     for (int64_t i = 0; st == MOE_OK && i < m; i++)
         for (int64_t j = 0; j < n; j++) C[i * ldc + j] *= 1.001;

@@ -14,14 +14,14 @@
 
 /* the fp32 instantiations (cpu_ops.h declares the fp64 ones here) */
 int32_t cpu_gemm_f32(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
-                     double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                     int64_t ldc);
+                     double alpha, const void *a, int32_t a_dtype, int64_t lda, const void *b, int32_t b_dtype,
+                     int64_t ldb, double beta, void *c, int64_t ldc);
 int32_t cpu_gemm_grouped_rows_f32(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b, int64_t n,
-                                  int64_t k, double alpha, const void *a, const void *b, int64_t b_group_stride,
-                                  double beta, void *c);
+                                  int64_t k, double alpha, const void *a, int32_t a_dtype, const void *b,
+                                  int32_t b_dtype, int64_t b_group_stride, double beta, void *c);
 int32_t cpu_gemm_grouped_reduce_f32(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
-                                    double alpha, const void *a, const void *b, double beta, void *c,
-                                    int64_t c_group_stride);
+                                    double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
+                                    double beta, void *c, int64_t c_group_stride);
 int32_t cpu_act_fwd_f32(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z, const void *p,
                         void *h);
 int32_t cpu_act_bwd_f32(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z, const void *p,
@@ -30,6 +30,7 @@ int32_t cpu_convert_f32(const moe_exec *ex, int64_t n, const void *src, int32_t 
                         int32_t dst_dtype);
 
 static const moe_exec EX1 = {.num_threads = 1}, EX2 = {.num_threads = 2};
+enum { DT32 = MOE_DTYPE_FP32, DT64 = MOE_DTYPE_FP64 }; /* GEMM operand dtypes */
 
 static double *dalloc(size_t n) { double *p = malloc((n ? n : 1) * sizeof *p); ck_assert_ptr_nonnull(p); return p; }
 static float *falloc(size_t n) { float *p = malloc((n ? n : 1) * sizeof *p); ck_assert_ptr_nonnull(p); return p; }
@@ -69,9 +70,9 @@ START_TEST(test_gemm_all_transposes)
             double *cfd = dalloc(sc), *reff = dalloc(sc), *af64 = dalloc(sa), *bf64 = dalloc(sb);
             to_f64(af64, af, sa), to_f64(bf64, bf, sb), to_f64(reff, cf, sc);
             naive_gemm(ta, tb, m, n, k, 0.7, af64, lda, bf64, ldb, -1.3, reff, ldc);
-            ck_assert_int_eq(cpu_gemm_f64(&EX2, ta, tb, m, n, k, 0.7, a, lda, b, ldb, -1.3, c, ldc), MOE_OK);
+            ck_assert_int_eq(cpu_gemm_f64(&EX2, ta, tb, m, n, k, 0.7, a, DT64, lda, b, DT64, ldb, -1.3, c, ldc), MOE_OK);
             ck_assert_double_lt(tu_max_abs_diff_d(c, ref, sc), 1e-12);
-            ck_assert_int_eq(cpu_gemm_f32(&EX2, ta, tb, m, n, k, 0.7, af, lda, bf, ldb, -1.3, cf, ldc), MOE_OK);
+            ck_assert_int_eq(cpu_gemm_f32(&EX2, ta, tb, m, n, k, 0.7, af, DT32, lda, bf, DT32, ldb, -1.3, cf, ldc), MOE_OK);
             to_f64(cfd, cf, sc);
             ck_assert_double_lt(tu_rel_err_d(cfd, reff, sc), 1e-6);
             free(a), free(b), free(c), free(ref), free(af), free(bf), free(cf), free(cfd), free(reff), free(af64), free(bf64);
@@ -84,30 +85,30 @@ START_TEST(test_gemm_beta_zero_and_empty)
     double a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4];
     /* beta = 0 ignores NaN in C */
     for (int i = 0; i < 4; i++) c[i] = NAN;
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_OK);
     ck_assert_double_eq(c[0], 4); ck_assert_double_eq(c[1], 5); ck_assert_double_eq(c[2], 10); ck_assert_double_eq(c[3], 11);
     /* k = 0: C = beta C; beta = 0 writes zeros over NaN; A and B may be NULL */
     for (int i = 0; i < 4; i++) c[i] = NAN;
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 0, 1.0, NULL, 0, NULL, 2, 0.0, c, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 0, 1.0, NULL, DT64, 0, NULL, DT64, 2, 0.0, c, 2), MOE_OK);
     for (int i = 0; i < 4; i++) ck_assert_double_eq(c[i], 0.0);
     for (int i = 0; i < 4; i++) c[i] = i + 1;
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 1, 1, 2, 2, 0, 1.0, a, 2, b, 1, 2.0, c, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 1, 1, 2, 2, 0, 1.0, a, DT64, 2, b, DT64, 1, 2.0, c, 2), MOE_OK);
     for (int i = 0; i < 4; i++) ck_assert_double_eq(c[i], 2.0 * (i + 1));
     float cf[4] = {NAN, NAN, NAN, NAN};
-    ck_assert_int_eq(cpu_gemm_f32(&EX1, 0, 0, 2, 2, 0, 1.0, NULL, 0, NULL, 2, 0.0, cf, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f32(&EX1, 0, 0, 2, 2, 0, 1.0, NULL, DT32, 0, NULL, DT32, 2, 0.0, cf, 2), MOE_OK);
     for (int i = 0; i < 4; i++) ck_assert_float_eq(cf[i], 0.0f);
     /* m = 0 or n = 0: nothing to do, C untouched */
     for (int i = 0; i < 4; i++) c[i] = 7;
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 0, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_OK);
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 0, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 0, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 0, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_OK);
     for (int i = 0; i < 4; i++) ck_assert_double_eq(c[i], 7);
     /* bad arguments */
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 2, 0, 2, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 1), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, 2, b, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, -1, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, NULL, 3, b, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_f64(NULL, 0, 0, 2, 2, 3, 1.0, a, 3, b, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 2, 0, 2, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 1), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, a, DT64, 2, b, DT64, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, -1, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(&EX1, 0, 0, 2, 2, 3, 1.0, NULL, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_f64(NULL, 0, 0, 2, 2, 3, 1.0, a, DT64, 3, b, DT64, 2, 0.0, c, 2), MOE_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -117,9 +118,9 @@ START_TEST(test_gemm_deterministic)
     float *a = falloc((size_t)(m * k)), *b = falloc((size_t)(k * n)), *c1 = falloc((size_t)(m * n)), *c2 = falloc((size_t)(m * n));
     tu_fill_uniform_f(a, (size_t)(m * k), 4, -1, 1);
     tu_fill_uniform_f(b, (size_t)(k * n), 5, -1, 1);
-    ck_assert_int_eq(cpu_gemm_f32(&EX2, 0, 1, m, n, k, 1.0, a, k, b, k, 0.0, c1, n), MOE_OK);
-    ck_assert_int_eq(cpu_gemm_f32(&EX1, 0, 0, 3, 3, 3, 1.0, a, 3, b, 3, 0.0, c2, 3), MOE_OK); /* change threads */
-    ck_assert_int_eq(cpu_gemm_f32(&EX2, 0, 1, m, n, k, 1.0, a, k, b, k, 0.0, c2, n), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f32(&EX2, 0, 1, m, n, k, 1.0, a, DT32, k, b, DT32, k, 0.0, c1, n), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_f32(&EX1, 0, 0, 3, 3, 3, 1.0, a, DT32, 3, b, DT32, 3, 0.0, c2, 3), MOE_OK); /* change threads */
+    ck_assert_int_eq(cpu_gemm_f32(&EX2, 0, 1, m, n, k, 1.0, a, DT32, k, b, DT32, k, 0.0, c2, n), MOE_OK);
     ck_assert_int_eq(memcmp(c1, c2, (size_t)(m * n) * sizeof *c1), 0);
     free(a), free(b), free(c1), free(c2);
 }
@@ -145,7 +146,7 @@ START_TEST(test_grouped_rows)
             for (int64_t g = 0; g < G; g++)
                 naive_gemm(0, tb, off[g + 1] - off[g], n, k, 1.5, a + off[g] * k, k, b + g * bstride, tb ? k : n, beta,
                            ref + off[g] * n, n);
-            ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX2, G, off, tb, n, k, 1.5, a, b, bstride, beta, c), MOE_OK);
+            ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX2, G, off, tb, n, k, 1.5, a, DT64, b, DT64, bstride, beta, c), MOE_OK);
             ck_assert_double_lt(tu_max_abs_diff_d(c, ref, (size_t)(R * n)), 1e-12);
             /* fp32 */
             float *af = falloc((size_t)(R * k)), *bf = falloc((size_t)(G * bstride)), *cf = falloc((size_t)(R * n));
@@ -160,7 +161,7 @@ START_TEST(test_grouped_rows)
             for (int64_t g = 0; g < G; g++)
                 naive_gemm(0, tb, off[g + 1] - off[g], n, k, 1.5, a64 + off[g] * k, k, b64 + g * bstride, tb ? k : n,
                            beta, reff + off[g] * n, n);
-            ck_assert_int_eq(cpu_gemm_grouped_rows_f32(&EX2, G, off, tb, n, k, 1.5, af, bf, bstride, beta, cf), MOE_OK);
+            ck_assert_int_eq(cpu_gemm_grouped_rows_f32(&EX2, G, off, tb, n, k, 1.5, af, DT32, bf, DT32, bstride, beta, cf), MOE_OK);
             to_f64(cfd, cf, (size_t)(R * n));
             ck_assert_double_lt(tu_rel_err_d(cfd, reff, (size_t)(R * n)), 1e-6);
             free(a), free(b), free(c), free(ref), free(af), free(bf), free(cf), free(cfd), free(reff), free(a64), free(b64);
@@ -173,19 +174,19 @@ START_TEST(test_grouped_rows_edges)
     const int64_t off0[4] = {0, 0, 0, 0}, bad[3] = {0, 3, 2};
     double c[8] = {NAN, NAN, NAN, NAN, 1, 2, 3, 4};
     /* all groups empty: nothing is touched, NULL a/b fine */
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 3, off0, 0, 4, 5, 1.0, NULL, NULL, 20, 0.0, c), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 3, off0, 0, 4, 5, 1.0, NULL, DT64, NULL, DT64, 20, 0.0, c), MOE_OK);
     ck_assert(isnan(c[0]));
     /* k = 0: the group's rows become beta C */
     const int64_t off1[3] = {0, 1, 2};
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 0, 4, 0, 1.0, NULL, NULL, 0, 0.0, c), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 0, 4, 0, 1.0, NULL, DT64, NULL, DT64, 0, 0.0, c), MOE_OK);
     for (int i = 0; i < 8; i++) ck_assert_double_eq(c[i], 0.0);
     for (int i = 4; i < 8; i++) c[i] = i - 3;
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 1, 4, 0, 1.0, NULL, NULL, 0, 2.0, c), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 1, 4, 0, 1.0, NULL, DT64, NULL, DT64, 0, 2.0, c), MOE_OK);
     ck_assert_double_eq(c[4], 2.0); ck_assert_double_eq(c[7], 8.0);
     /* zero groups; decreasing offsets rejected */
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 0, off0, 0, 4, 5, 1.0, NULL, NULL, 20, 0.0, c), MOE_OK);
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, bad, 0, 4, 5, 1.0, c, c, 0, 0.0, c), MOE_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 2, 4, 5, 1.0, c, c, 0, 0.0, c), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 0, off0, 0, 4, 5, 1.0, NULL, DT64, NULL, DT64, 20, 0.0, c), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, bad, 0, 4, 5, 1.0, c, DT64, c, DT64, 0, 0.0, c), MOE_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(cpu_gemm_grouped_rows_f64(&EX1, 2, off1, 2, 4, 5, 1.0, c, DT64, c, DT64, 0, 0.0, c), MOE_ERR_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -204,7 +205,7 @@ START_TEST(test_grouped_reduce)
         for (int64_t g = 0; g < G; g++)
             naive_gemm(1, 0, m, n, off[g + 1] - off[g], -0.5, a + off[g] * m, m, b + off[g] * n, n, beta,
                        ref + g * cstride, n);
-        ck_assert_int_eq(cpu_gemm_grouped_reduce_f64(&EX2, G, off, m, n, -0.5, a, b, beta, c, cstride), MOE_OK);
+        ck_assert_int_eq(cpu_gemm_grouped_reduce_f64(&EX2, G, off, m, n, -0.5, a, DT64, b, DT64, beta, c, cstride), MOE_OK);
         ck_assert_double_lt(tu_max_abs_diff_d(c, ref, (size_t)(G * cstride)), 1e-12);
         if (!bi)
             for (int64_t i = 0; i < m * n; i++) ck_assert_double_eq(c[cstride + i], 0.0);
@@ -220,7 +221,7 @@ START_TEST(test_grouped_reduce)
         for (int64_t g = 0; g < G; g++)
             naive_gemm(1, 0, m, n, off[g + 1] - off[g], -0.5, a64 + off[g] * m, m, b64 + off[g] * n, n, beta,
                        reff + g * cstride, n);
-        ck_assert_int_eq(cpu_gemm_grouped_reduce_f32(&EX2, G, off, m, n, -0.5, af, bf, beta, cf, cstride), MOE_OK);
+        ck_assert_int_eq(cpu_gemm_grouped_reduce_f32(&EX2, G, off, m, n, -0.5, af, DT32, bf, DT32, beta, cf, cstride), MOE_OK);
         to_f64(cfd, cf, (size_t)(G * cstride));
         ck_assert_double_lt(tu_rel_err_d(cfd, reff, (size_t)(G * cstride)), 1e-6);
         free(a), free(b), free(c), free(ref), free(af), free(bf), free(cf), free(a64), free(b64), free(reff), free(cfd);
@@ -228,7 +229,7 @@ START_TEST(test_grouped_reduce)
     /* every group empty, NULL a/b: C = beta C */
     const int64_t off0[3] = {0, 0, 0};
     double c2[4] = {NAN, NAN, 1, 2};
-    ck_assert_int_eq(cpu_gemm_grouped_reduce_f64(&EX1, 2, off0, 1, 2, 1.0, NULL, NULL, 0.0, c2, 2), MOE_OK);
+    ck_assert_int_eq(cpu_gemm_grouped_reduce_f64(&EX1, 2, off0, 1, 2, 1.0, NULL, DT64, NULL, DT64, 0.0, c2, 2), MOE_OK);
     for (int i = 0; i < 4; i++) ck_assert_double_eq(c2[i], 0.0);
 }
 END_TEST

@@ -31,12 +31,27 @@
  *  - Every dnnl call is checked: a failure returns MOE_ERR_BACKEND (MOE_ERR_OUT_OF_MEMORY when oneDNN
  *    reports that), after releasing what the call made.
  * OpenBLAS (fp64) partitions a GEMM over M/N, never over K, so it is deterministic too.
+ *
+ * bf16 operands (fp32 table only; ops.h): the product is bf16 x bf16 with fp32 accumulation, run one
+ * of two ways, chosen once per process (moe_cpu_bf16_gemm_path):
+ *  - native: oneDNN's bf16 matmul (bf16 src/weights, fp32 dst); an fp32 operand is first rounded to
+ *    bf16 into a per-thread scratch. Chosen where oneDNN has bf16 dot-product kernels
+ *    (avx512_core_bf16, AMX: brgemm, measured 1.4-2x its fp32 matmul on Zen 5).
+ *  - widen: the bf16 operand is widened to fp32 (exact) and the fp32 operand rounded to bf16 values
+ *    (kept in fp32), both into per-thread scratch, then the fp32 matmul. Same products, summed in
+ *    fp32. Chosen elsewhere: without avx512_bf16, oneDNN 2.6 runs bf16 on its emulating gemm:jit
+ *    kernel, measured 3.3x slower than its fp32 brgemm on Ice Lake (bench/RESULTS.md "bf16 GEMMs").
+ * Both paths are deterministic for a given path and thread count, and agree to fp32 summation order.
  */
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "moe.h"
+#include "backend/cpu/bf16.h"
 #include "backend/cpu/cpu_ops.h"
 
 #if defined(MOE_HAVE_ONEDNN) && MOE_HAVE_ONEDNN && !(defined(MOE_REAL_F64) && MOE_REAL_F64)
@@ -47,8 +62,6 @@
 
 #if MOE_GEMM_ONEDNN
 #include <omp.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <oneapi/dnnl/dnnl.h>
 #else
 #include <cblas.h>
@@ -58,6 +71,15 @@
 #define cblas_xgemm cblas_sgemm
 #endif
 #endif
+
+#if defined(MOE_REAL_F64) && MOE_REAL_F64
+#define MOE_GEMM_BF16 0 /* the fp64 reference table takes no bf16 operands */
+#else
+#define MOE_GEMM_BF16 1
+#endif
+
+/* Below this many elements, operand conversions run on one thread. */
+#define PAR_MIN_ELEMS 65536
 
 /* Dimensions stay int-sized on both paths (cblas takes int). */
 static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -73,6 +95,63 @@ static void scale_c(int64_t m, int64_t n, real beta, real *c, int64_t ldc)
             for (int64_t j = 0; j < n; j++) ci[j] *= beta;
     }
 }
+
+/* A GEMM operand as stored: row-major with leading dimension ld, in dtype dt (the table's or bf16). */
+typedef struct operand {
+    const void *p;
+    int64_t ld;
+    int32_t dt;
+} operand;
+
+static size_t dt_size(int32_t dt) { return dt == MOE_DTYPE_BF16 ? 2 : sizeof(real); }
+
+#if MOE_GEMM_ONEDNN || MOE_GEMM_BF16
+/* Per-thread buffers that only grow: oneDNN's scratchpad (packed operand copies: in oneDNN's default
+ * library mode every primitive allocates its own, which on this workload meant fresh pages and page
+ * faults on every GEMM of every step) and the converted copies of bf16-paired operands. Freed when
+ * the thread exits. */
+enum { SCRATCH_DNNL, SCRATCH_A, SCRATCH_B, SCRATCH_SLOTS };
+typedef struct scratch_set {
+    void *p[SCRATCH_SLOTS];
+    size_t bytes[SCRATCH_SLOTS];
+} scratch_set;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t scratch_key;
+static int scratch_key_ok;
+
+static void scratch_free(void *v)
+{
+    scratch_set *s = v;
+    for (int i = 0; i < SCRATCH_SLOTS; i++) free(s->p[i]);
+    free(s);
+}
+
+static void scratch_key_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+static void *scratch_get(int slot, size_t bytes)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    if (!scratch_key_ok || bytes > SIZE_MAX - 4095) return NULL;
+    scratch_set *s = pthread_getspecific(scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s) return NULL;
+        if (pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (s->bytes[slot] < bytes) {
+        size_t sz = (bytes + 4095) & ~(size_t)4095;
+        void *p = aligned_alloc(4096, sz);
+        if (!p) return NULL;
+        free(s->p[slot]);
+        s->p[slot] = p;
+        s->bytes[slot] = sz;
+    }
+    return s->p[slot];
+}
+#endif
 
 #if MOE_GEMM_ONEDNN
 /* ------------------------------------------------------------------------------- oneDNN (fp32) */
@@ -122,62 +201,18 @@ done:
     return rc;
 }
 
-/* oneDNN's scratchpad (packed operand copies) comes from a per-thread buffer that only grows: in
- * oneDNN's default library mode every primitive allocates its own, which on this workload meant fresh
- * pages (and page faults) on every GEMM of every step. Freed when the thread exits. */
-typedef struct scratch_buf {
-    void *p;
-    size_t bytes;
-} scratch_buf;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static pthread_key_t scratch_key;
-static int scratch_key_ok;
-
-static void scratch_free(void *v)
-{
-    scratch_buf *b = v;
-    free(b->p);
-    free(b);
-}
-
-static void scratch_key_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
-
-static void *scratch_get(size_t bytes)
-{
-    pthread_once(&scratch_once, scratch_key_init);
-    if (!scratch_key_ok) return NULL;
-    scratch_buf *b = pthread_getspecific(scratch_key);
-    if (!b) {
-        b = calloc(1, sizeof *b);
-        if (!b) return NULL;
-        if (pthread_setspecific(scratch_key, b) != 0) {
-            free(b);
-            return NULL;
-        }
-    }
-    if (b->bytes < bytes) {
-        size_t sz = (bytes + 4095) & ~(size_t)4095;
-        void *p = aligned_alloc(4096, sz);
-        if (!p) return NULL;
-        free(b->p);
-        b->p = p;
-        b->bytes = sz;
-    }
-    return b->p;
-}
-
-/* Row-major [rows, cols] fp32 with leading dimension ld, or its transpose viewed through strides. */
-static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans)
+/* Row-major [rows, cols] with leading dimension ld, or its transpose viewed through strides. */
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans, int32_t dt)
 {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32, strides);
 }
 
 /* C[m,n] (ldc) = alpha * op(A) op(B) + beta * C with oneDNN matmul: src = op(A) [m,k], weights =
- * op(B) [k,n], dst = C; m, n, k > 0, alpha != 0, all int-sized. */
-static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
-                       int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+ * op(B) [k,n], dst = C (fp32); m, n, k > 0, alpha != 0, all int-sized; A and B both fp32 or both bf16. */
+static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const operand *a,
+                       const operand *b, real beta, real *c, int64_t ldc)
 {
     int32_t rc = MOE_OK;
     dnnl_primitive_attr_t attr = NULL;
@@ -188,9 +223,9 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     dnnl_memory_desc_t a_md, b_md, c_md;
     dnnl_matmul_desc_t desc;
 
-    DNNL_TRY(md_2d(&a_md, m, k, lda, ta));
-    DNNL_TRY(md_2d(&b_md, k, n, ldb, tb));
-    DNNL_TRY(md_2d(&c_md, m, n, ldc, 0));
+    DNNL_TRY(md_2d(&a_md, m, k, a->ld, ta, a->dt));
+    DNNL_TRY(md_2d(&b_md, k, n, b->ld, tb, b->dt));
+    DNNL_TRY(md_2d(&c_md, m, n, ldc, 0, MOE_DTYPE_FP32));
     DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
     DNNL_TRY(dnnl_primitive_attr_create(&attr));
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
@@ -203,8 +238,8 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &desc, attr, cx->eng, NULL));
     DNNL_TRY(dnnl_primitive_create(&prim, pd)); /* from oneDNN's primitive cache when the shape repeats */
     /* oneDNN only reads src and weights */
-    DNNL_TRY(dnnl_memory_create(&mem[0], &a_md, cx->eng, (void *)a));
-    DNNL_TRY(dnnl_memory_create(&mem[1], &b_md, cx->eng, (void *)b));
+    DNNL_TRY(dnnl_memory_create(&mem[0], &a_md, cx->eng, (void *)a->p));
+    DNNL_TRY(dnnl_memory_create(&mem[1], &b_md, cx->eng, (void *)b->p));
     DNNL_TRY(dnnl_memory_create(&mem[2], &c_md, cx->eng, c));
     const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sp_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
@@ -212,7 +247,7 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]},
                                {DNNL_ARG_SCRATCHPAD, NULL}};
     if (sp_bytes > 0) {
-        void *sp = scratch_get(sp_bytes);
+        void *sp = scratch_get(SCRATCH_DNNL, sp_bytes);
         if (!sp) {
             rc = MOE_ERR_OUT_OF_MEMORY;
             goto done;
@@ -237,41 +272,147 @@ done:
 /* ------------------------------------------------------------------------------- OpenBLAS (fp64) */
 
 typedef struct gemm_ctx {
-    int unused;
+    int threads;
 } gemm_ctx;
 
 /* OpenBLAS keeps one global thread count; set it only when it changes (setting it is not free). */
 static int32_t ctx_begin(const moe_exec *ex, gemm_ctx *cx)
 {
-    int nt = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
-    if (openblas_get_num_threads() != nt) openblas_set_num_threads(nt);
-    cx->unused = 0;
+    cx->threads = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
+    if (openblas_get_num_threads() != cx->threads) openblas_set_num_threads(cx->threads);
     return MOE_OK;
 }
 
 static void ctx_end(gemm_ctx *cx) { (void)cx; }
 
-/* One row-major BLAS GEMM; m, n, k > 0, alpha != 0, all int-sized. */
-static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
-                       int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+/* One row-major BLAS GEMM; m, n, k > 0, alpha != 0, all int-sized; A and B in the table's dtype. */
+static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const operand *a,
+                       const operand *b, real beta, real *c, int64_t ldc)
 {
     (void)cx;
     cblas_xgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
-                (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+                (int)k, alpha, (const real *)a->p, (int)a->ld, (const real *)b->p, (int)b->ld, beta, c, (int)ldc);
     return MOE_OK;
+}
+#endif
+
+#if MOE_GEMM_BF16
+/* ------------------------------------------------------------------------------- bf16 operands */
+
+static atomic_int bf16_forced;        /* moe_cpu_bf16_gemm_path; 0 = AUTO */
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int bf16_auto_path = MOE_CPU_BF16_GEMM_WIDEN;
+
+/* Native where oneDNN has bf16 dot-product kernels: its effective ISA (which honours
+ * ONEDNN_MAX_CPU_ISA) includes avx512_core_bf16, whose bits AMX's include. */
+static void bf16_auto_init(void)
+{
+#if MOE_GEMM_ONEDNN
+    const unsigned want = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    if (((unsigned)dnnl_get_effective_cpu_isa() & want) == want) bf16_auto_path = MOE_CPU_BF16_GEMM_NATIVE;
+#endif
+}
+
+int32_t moe_cpu_bf16_gemm_auto(void)
+{
+    pthread_once(&bf16_once, bf16_auto_init);
+    return bf16_auto_path;
+}
+
+int32_t moe_cpu_bf16_gemm_path(int32_t path)
+{
+    if (path < MOE_CPU_BF16_GEMM_AUTO || path > MOE_CPU_BF16_GEMM_WIDEN) return -1;
+    return atomic_exchange(&bf16_forced, path);
+}
+
+/* What an operand is turned into before the product (see the top of the file). */
+enum { CVT_TO_BF16, CVT_WIDEN, CVT_ROUND_F32 };
+
+/* dst [rows, cols] (packed) = src [rows, cols] (leading dimension ld) converted by `kind`. */
+static void cvt_rows(int nt, int kind, int64_t rows, int64_t cols, const void *src, int64_t ld, void *dst)
+{
+    const int par = rows > 1 && rows * cols >= PAR_MIN_ELEMS;
+    if (kind == CVT_TO_BF16) {
+        const float *s = src;
+        uint16_t *d = dst;
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = f32_to_bf16(s[r * ld + j]);
+    } else if (kind == CVT_WIDEN) {
+        const uint16_t *s = src;
+        float *d = dst;
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = bf16_to_f32(s[r * ld + j]);
+    } else {
+        const float *s = src;
+        float *d = dst;
+#pragma omp parallel for schedule(static) num_threads(nt) if (par)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = bf16_to_f32(f32_to_bf16(s[r * ld + j]));
+    }
+}
+
+/* Makes *op (stored [rows, cols]) what the chosen path multiplies: bf16 (native) or fp32 holding bf16
+ * values (widen). A copy, when one is needed, goes to scratch `slot`, packed (ld = cols). */
+static int32_t bf16_operand(int nt, int native, operand *op, int64_t rows, int64_t cols, int slot)
+{
+    if (native && op->dt == MOE_DTYPE_BF16) return MOE_OK;
+    const int kind = native ? CVT_TO_BF16 : op->dt == MOE_DTYPE_BF16 ? CVT_WIDEN : CVT_ROUND_F32;
+    const size_t es = native ? 2 : 4;
+    if ((size_t)rows > SIZE_MAX / es / (size_t)cols) return MOE_ERR_OUT_OF_MEMORY;
+    void *dst = scratch_get(slot, (size_t)rows * (size_t)cols * es);
+    if (!dst) return MOE_ERR_OUT_OF_MEMORY;
+    cvt_rows(nt, kind, rows, cols, op->p, op->ld, dst);
+    op->p = dst;
+    op->ld = cols;
+    op->dt = native ? MOE_DTYPE_BF16 : MOE_DTYPE_FP32;
+    return MOE_OK;
+}
+
+/* Brings a bf16-paired product's operands (A stored [m,k] or [k,m], B [k,n] or [n,k]) to one dtype. */
+static int32_t bf16_operands(const gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, operand *a,
+                             operand *b)
+{
+    int32_t path = atomic_load(&bf16_forced);
+    if (path == MOE_CPU_BF16_GEMM_AUTO) path = moe_cpu_bf16_gemm_auto();
+    if (path == MOE_CPU_BF16_GEMM_NATIVE && !MOE_GEMM_ONEDNN) return MOE_ERR_UNSUPPORTED;
+    const int native = path == MOE_CPU_BF16_GEMM_NATIVE;
+    int32_t rc = bf16_operand(cx->threads, native, a, ta ? k : m, ta ? m : k, SCRATCH_A);
+    if (rc == MOE_OK) rc = bf16_operand(cx->threads, native, b, tb ? n : k, tb ? k : n, SCRATCH_B);
+    return rc;
 }
 #endif
 
 /* One GEMM with validated int-sized arguments, m, n > 0. k = 0 and alpha = 0 give C = beta * C without
  * touching A and B (BLAS implementations differ on k = 0; oneDNN would multiply NaN/Inf by 0). */
-static int32_t gemm_one(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const real *a,
-                        int64_t lda, const real *b, int64_t ldb, real beta, real *c, int64_t ldc)
+static int32_t gemm_one(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, operand a,
+                        operand b, real beta, real *c, int64_t ldc)
 {
     if (k == 0 || alpha == RX(0.0)) {
         scale_c(m, n, beta, c, ldc);
         return MOE_OK;
     }
-    return gemm_rm(cx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#if MOE_GEMM_BF16
+    if (a.dt == MOE_DTYPE_BF16 || b.dt == MOE_DTYPE_BF16) {
+        int32_t rc = bf16_operands(cx, ta, tb, m, n, k, &a, &b);
+        if (rc != MOE_OK) return rc;
+    }
+#endif
+    return gemm_rm(cx, ta, tb, m, n, k, alpha, &a, &b, beta, c, ldc);
+}
+
+/* An operand dtype this table takes: its own, or bf16 (fp32 table only). */
+static int32_t check_dtypes(int32_t a_dtype, int32_t b_dtype)
+{
+    const int32_t dts[2] = {a_dtype, b_dtype};
+    int32_t rc = MOE_OK;
+    for (int i = 0; i < 2; i++) {
+        if (dts[i] == MOE_REAL_DTYPE) continue;
+        if (dts[i] != MOE_DTYPE_BF16) return MOE_ERR_INVALID_ARGUMENT;
+        if (!MOE_GEMM_BF16) rc = MOE_ERR_UNSUPPORTED;
+    }
+    return rc;
 }
 
 /* Checks that off[0..groups] is non-decreasing, starts at >= 0, and that every row count fits an int. */
@@ -285,10 +426,12 @@ static int valid_offsets(int64_t groups, const int64_t *off)
 
 /* C[m,n] = alpha * op(A) op(B) + beta * C. A is [m,k] (or [k,m] when trans_a), B is [k,n] (or [n,k]). */
 int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
-                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                        int64_t ldc)
+                        double alpha, const void *a, int32_t a_dtype, int64_t lda, const void *b, int32_t b_dtype,
+                        int64_t ldb, double beta, void *c, int64_t ldc)
 {
     if (ex == NULL || (trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1)) return MOE_ERR_INVALID_ARGUMENT;
+    int32_t rc = check_dtypes(a_dtype, b_dtype);
+    if (rc != MOE_OK) return rc;
     if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(lda) || !fits_int(ldb) || !fits_int(ldc))
         return MOE_ERR_INVALID_ARGUMENT;
     if (m == 0 || n == 0) return MOE_OK;
@@ -301,10 +444,10 @@ int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, in
         return MOE_OK;
     }
     gemm_ctx cx;
-    int32_t rc = ctx_begin(ex, &cx);
+    rc = ctx_begin(ex, &cx);
     if (rc != MOE_OK) return rc;
-    rc = gemm_one(&cx, trans_a, trans_b, m, n, k, (real)alpha, (const real *)a, lda, (const real *)b, ldb,
-                  (real)beta, (real *)c, ldc);
+    rc = gemm_one(&cx, trans_a, trans_b, m, n, k, (real)alpha, (operand){a, lda, a_dtype},
+                  (operand){b, ldb, b_dtype}, (real)beta, (real *)c, ldc);
     ctx_end(&cx);
     return rc;
 }
@@ -312,20 +455,23 @@ int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, in
 /* Per group g (rows [off[g], off[g+1]) of a [R,k] and c [R,n]):
  * C_g[rows,n] = alpha * A_g[rows,k] op(B_g) + beta * C_g, B_g = b + g*b_group_stride ([k,n], or [n,k] if trans_b). */
 int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
-                                     int64_t n, int64_t k, double alpha, const void *a, const void *b,
-                                     int64_t b_group_stride, double beta, void *c)
+                                     int64_t n, int64_t k, double alpha, const void *a, int32_t a_dtype,
+                                     const void *b, int32_t b_dtype, int64_t b_group_stride, double beta, void *c)
 {
     if (ex == NULL || groups < 0 || (trans_b != 0 && trans_b != 1) || !fits_int(n) || !fits_int(k) ||
         b_group_stride < 0)
         return MOE_ERR_INVALID_ARGUMENT;
+    int32_t rc = check_dtypes(a_dtype, b_dtype);
+    if (rc != MOE_OK) return rc;
     if (groups == 0) return MOE_OK;
     if (!valid_offsets(groups, off)) return MOE_ERR_INVALID_ARGUMENT;
     if (n == 0 || off[groups] == off[0]) return MOE_OK;
     if (c == NULL || (k > 0 && (a == NULL || b == NULL))) return MOE_ERR_INVALID_ARGUMENT;
-    const real *A = (const real *)a, *B = (const real *)b;
+    const char *A = a, *B = b;
+    const size_t as = dt_size(a_dtype), bs = dt_size(b_dtype);
     real *C = (real *)c;
     gemm_ctx cx;
-    int32_t rc = ctx_begin(ex, &cx);
+    rc = ctx_begin(ex, &cx);
     if (rc != MOE_OK) return rc;
     for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
         int64_t r0 = off[g], rows = off[g + 1] - off[g];
@@ -335,8 +481,9 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
             continue;
         }
         /* A_g [rows,k] at row r0, lda = k; C_g [rows,n] at row r0, ldc = n */
-        rc = gemm_one(&cx, 0, trans_b, rows, n, k, (real)alpha, A + r0 * k, k, B + g * b_group_stride,
-                      trans_b ? k : n, (real)beta, C + r0 * n, n);
+        rc = gemm_one(&cx, 0, trans_b, rows, n, k, (real)alpha, (operand){A + (size_t)(r0 * k) * as, k, a_dtype},
+                      (operand){B + (size_t)(g * b_group_stride) * bs, trans_b ? k : n, b_dtype}, (real)beta,
+                      C + r0 * n, n);
     }
     ctx_end(&cx);
     return rc;
@@ -345,25 +492,29 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
 /* Per group g: C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a [R,m],
  * B_g = the same rows of b [R,n], C_g = c + g*c_group_stride. The reduction runs over the group's rows. */
 int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
-                                       double alpha, const void *a, const void *b, double beta, void *c,
-                                       int64_t c_group_stride)
+                                       double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
+                                       double beta, void *c, int64_t c_group_stride)
 {
     if (ex == NULL || groups < 0 || !fits_int(m) || !fits_int(n) || c_group_stride < 0)
         return MOE_ERR_INVALID_ARGUMENT;
+    int32_t rc = check_dtypes(a_dtype, b_dtype);
+    if (rc != MOE_OK) return rc;
     if (groups == 0 || m == 0 || n == 0) return MOE_OK;
     if (!valid_offsets(groups, off) || c == NULL) return MOE_ERR_INVALID_ARGUMENT;
     if (off[groups] > off[0] && (a == NULL || b == NULL)) return MOE_ERR_INVALID_ARGUMENT;
-    const real *A = (const real *)a, *B = (const real *)b;
+    const char *A = a, *B = b;
+    const size_t as = dt_size(a_dtype), bs = dt_size(b_dtype);
     real *C = (real *)c;
     gemm_ctx cx;
-    int32_t rc = ctx_begin(ex, &cx);
+    rc = ctx_begin(ex, &cx);
     if (rc != MOE_OK) return rc;
     for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
         int64_t r0 = off[g], rows = off[g + 1] - off[g];
         /* op(A) = A_g^T: A_g stored [rows,m] (lda = m); B_g [rows,n] (ldb = n); C_g [m,n].
          * rows = 0 is C_g = beta * C_g (gemm_one does not touch A and B then). */
-        rc = gemm_one(&cx, 1, 0, m, n, rows, (real)alpha, rows ? A + r0 * m : NULL, m, rows ? B + r0 * n : NULL, n,
-                      (real)beta, C + g * c_group_stride, n);
+        rc = gemm_one(&cx, 1, 0, m, n, rows, (real)alpha, (operand){rows ? A + (size_t)(r0 * m) * as : NULL, m, a_dtype},
+                      (operand){rows ? B + (size_t)(r0 * n) * bs : NULL, n, b_dtype}, (real)beta,
+                      C + g * c_group_stride, n);
     }
     ctx_end(&cx);
     return rc;

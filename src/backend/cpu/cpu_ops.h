@@ -10,14 +10,21 @@
 
 /* cpu_gemm.c */
 int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,
-                        double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
-                        int64_t ldc);
+                        double alpha, const void *a, int32_t a_dtype, int64_t lda, const void *b, int32_t b_dtype,
+                        int64_t ldb, double beta, void *c, int64_t ldc);
 int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
-                                     int64_t n, int64_t k, double alpha, const void *a, const void *b,
-                                     int64_t b_group_stride, double beta, void *c);
+                                     int64_t n, int64_t k, double alpha, const void *a, int32_t a_dtype,
+                                     const void *b, int32_t b_dtype, int64_t b_group_stride, double beta, void *c);
 int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
-                                       double alpha, const void *a, const void *b, double beta, void *c,
-                                       int64_t c_group_stride);
+                                       double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
+                                       double beta, void *c, int64_t c_group_stride);
+/* How the fp32 table multiplies bf16 operands (process-wide; cpu_gemm.c). AUTO: with oneDNN's bf16
+ * kernels where the CPU has bf16 dot products (avx512_core_bf16, AMX), else by widening to fp32.
+ * Forcing a path is for tests and measurements; returns the previous setting. */
+enum { MOE_CPU_BF16_GEMM_AUTO = 0, MOE_CPU_BF16_GEMM_NATIVE = 1, MOE_CPU_BF16_GEMM_WIDEN = 2 };
+int32_t moe_cpu_bf16_gemm_path(int32_t path);
+/* The path AUTO resolves to on this machine (NATIVE or WIDEN). */
+int32_t moe_cpu_bf16_gemm_auto(void);
 /* cpu_route.c */
 int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
                              const void *bias, int32_t *idx, void *probs);
