@@ -95,9 +95,12 @@ typedef struct moe_ops {
     /* ---- dense linear algebra ------------------------------------------------------------- */
     /* Operand dtypes: a_dtype / b_dtype say how A and B are stored, each the table's dtype or
      * MOE_DTYPE_BF16 (bf16 weights of bf16 layers); C is always in the table's dtype. When either
-     * operand is bf16 the product is bf16 x bf16 with fp32 accumulation (MATH.md §9): the other
-     * operand, if stored in fp32, is first rounded to bf16 (RNE). Tables other than fp32 reject bf16
-     * operands with MOE_ERR_UNSUPPORTED. With both operands in the table's dtype nothing is rounded. */
+     * operand is bf16, its values are used exactly and products accumulate in fp32; an fp32 partner
+     * is rounded to bf16 (RNE) where the backend multiplies in bf16 (bf16 dot-product hardware, tensor
+     * cores), and used as is where it widens the bf16 operand to fp32 instead. Either way the result
+     * is at least as accurate as bf16 x bf16 with fp32 accumulation (MATH.md §9). Tables other than
+     * fp32 reject bf16 operands with MOE_ERR_UNSUPPORTED. With both operands in the table's dtype
+     * nothing is rounded. */
     /* C[m,n] = alpha * op(A) op(B) + beta * C; op(X) = X or X^T (trans_* = 1). Row-major with
      * leading dimensions. beta = 0 ignores C's previous contents (NaN included). */
     int32_t (*gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int64_t m, int64_t n, int64_t k,

@@ -32,16 +32,17 @@
  *    reports that), after releasing what the call made.
  * OpenBLAS (fp64) partitions a GEMM over M/N, never over K, so it is deterministic too.
  *
- * bf16 operands (fp32 table only; ops.h): the product is bf16 x bf16 with fp32 accumulation, run one
- * of two ways, chosen once per process (moe_cpu_bf16_gemm_path):
+ * bf16 operands (fp32 table only; ops.h): products accumulate in fp32, run one of two ways, chosen
+ * once per process (moe_cpu_bf16_gemm_path):
  *  - native: oneDNN's bf16 matmul (bf16 src/weights, fp32 dst); an fp32 operand is first rounded to
- *    bf16 into a per-thread scratch. Chosen where oneDNN has bf16 dot-product kernels
+ *    bf16 (RNE) into a per-thread scratch. Chosen where oneDNN has bf16 dot-product kernels
  *    (avx512_core_bf16, AMX: brgemm, measured 1.4-2x its fp32 matmul on Zen 5).
- *  - widen: the bf16 operand is widened to fp32 (exact) and the fp32 operand rounded to bf16 values
- *    (kept in fp32), both into per-thread scratch, then the fp32 matmul. Same products, summed in
- *    fp32. Chosen elsewhere: without avx512_bf16, oneDNN 2.6 runs bf16 on its emulating gemm:jit
- *    kernel, measured 3.3x slower than its fp32 brgemm on Ice Lake (bench/RESULTS.md "bf16 GEMMs").
- * Both paths are deterministic for a given path and thread count, and agree to fp32 summation order.
+ *  - widen: the bf16 operand is widened to fp32 (exact) into a per-thread scratch and multiplied with
+ *    the fp32 operand as it is by the fp32 matmul: bitwise what converting the weights to fp32 first
+ *    gave. Chosen elsewhere: without avx512_bf16, oneDNN 2.6 runs bf16 on its emulating gemm:jit
+ *    kernel, measured 3.3x slower than its fp32 brgemm on Ice Lake; rounding the fp32 operand too
+ *    would add ~5% to a bf16 layer's step there for less accuracy (bench/RESULTS.md "bf16 GEMMs").
+ * Both paths are deterministic for a given path and thread count.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -325,52 +326,45 @@ int32_t moe_cpu_bf16_gemm_path(int32_t path)
     return atomic_exchange(&bf16_forced, path);
 }
 
-/* What an operand is turned into before the product (see the top of the file). */
-enum { CVT_TO_BF16, CVT_WIDEN, CVT_ROUND_F32 };
-
-/* dst [rows, cols] (packed) = src [rows, cols] (leading dimension ld) converted by `kind`. */
-static void cvt_rows(int nt, int kind, int64_t rows, int64_t cols, const void *src, int64_t ld, void *dst)
+/* dst [rows, cols] (packed) = src [rows, cols] (leading dimension ld): fp32 rounded to bf16
+ * (to_bf16), or bf16 widened to fp32. */
+static void cvt_rows(int nt, int to_bf16, int64_t rows, int64_t cols, const void *src, int64_t ld, void *dst)
 {
     const int par = rows > 1 && rows * cols >= PAR_MIN_ELEMS;
-    if (kind == CVT_TO_BF16) {
+    if (to_bf16) {
         const float *s = src;
         uint16_t *d = dst;
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < cols; j++) d[r * cols + j] = f32_to_bf16(s[r * ld + j]);
-    } else if (kind == CVT_WIDEN) {
+    } else {
         const uint16_t *s = src;
         float *d = dst;
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t j = 0; j < cols; j++) d[r * cols + j] = bf16_to_f32(s[r * ld + j]);
-    } else {
-        const float *s = src;
-        float *d = dst;
-#pragma omp parallel for schedule(static) num_threads(nt) if (par)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = bf16_to_f32(f32_to_bf16(s[r * ld + j]));
     }
 }
 
-/* Makes *op (stored [rows, cols]) what the chosen path multiplies: bf16 (native) or fp32 holding bf16
- * values (widen). A copy, when one is needed, goes to scratch `slot`, packed (ld = cols). */
+/* Brings *op (stored [rows, cols]) to the dtype the path multiplies in, bf16 (native) or fp32 (widen),
+ * through a packed copy (ld = cols) in scratch `slot` when it is stored in the other one. */
 static int32_t bf16_operand(int nt, int native, operand *op, int64_t rows, int64_t cols, int slot)
 {
-    if (native && op->dt == MOE_DTYPE_BF16) return MOE_OK;
-    const int kind = native ? CVT_TO_BF16 : op->dt == MOE_DTYPE_BF16 ? CVT_WIDEN : CVT_ROUND_F32;
+    const int32_t want = native ? MOE_DTYPE_BF16 : MOE_DTYPE_FP32;
+    if (op->dt == want) return MOE_OK;
     const size_t es = native ? 2 : 4;
     if ((size_t)rows > SIZE_MAX / es / (size_t)cols) return MOE_ERR_OUT_OF_MEMORY;
     void *dst = scratch_get(slot, (size_t)rows * (size_t)cols * es);
     if (!dst) return MOE_ERR_OUT_OF_MEMORY;
-    cvt_rows(nt, kind, rows, cols, op->p, op->ld, dst);
+    cvt_rows(nt, native, rows, cols, op->p, op->ld, dst);
     op->p = dst;
     op->ld = cols;
-    op->dt = native ? MOE_DTYPE_BF16 : MOE_DTYPE_FP32;
+    op->dt = want;
     return MOE_OK;
 }
 
-/* Brings a bf16-paired product's operands (A stored [m,k] or [k,m], B [k,n] or [n,k]) to one dtype. */
+/* Brings a bf16-paired product's operands (A stored [m,k] or [k,m], B [k,n] or [n,k]) to the dtype of
+ * the chosen path. */
 static int32_t bf16_operands(const gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, operand *a,
                              operand *b)
 {

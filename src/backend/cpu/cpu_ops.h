@@ -19,8 +19,9 @@ int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const
                                        double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
                                        double beta, void *c, int64_t c_group_stride);
 /* How the fp32 table multiplies bf16 operands (process-wide; cpu_gemm.c). AUTO: with oneDNN's bf16
- * kernels where the CPU has bf16 dot products (avx512_core_bf16, AMX), else by widening to fp32.
- * Forcing a path is for tests and measurements; returns the previous setting. */
+ * kernels (NATIVE: fp32 partners rounded to bf16) where the CPU has bf16 dot products
+ * (avx512_core_bf16, AMX), else by widening the bf16 operand to fp32 (WIDEN). Forcing a path is for
+ * tests and measurements; returns the previous setting, or -1 (and changes nothing) for a bad path. */
 enum { MOE_CPU_BF16_GEMM_AUTO = 0, MOE_CPU_BF16_GEMM_NATIVE = 1, MOE_CPU_BF16_GEMM_WIDEN = 2 };
 int32_t moe_cpu_bf16_gemm_path(int32_t path);
 /* The path AUTO resolves to on this machine (NATIVE or WIDEN). */
