@@ -6,6 +6,8 @@
  *   onednn-f32       oneDNN matmul, fp32 in/out
  *   onednn-bf16      oneDNN matmul, bf16 in, fp32 accumulate and out
  *   openblas-bf16cvt bf16 data converted to fp32 (both operands, every call, timed) then cblas_sgemm
+ *   onednn-widen     bf16 B widened to fp32 (every call, timed) times fp32 A, oneDNN fp32 matmul: the
+ *                    engine's bf16 path on CPUs without bf16 dot products (src/backend/cpu/cpu_gemm.c)
  * Shapes are one expert's GEMMs of the benchmark layer (T=4096, H=1024, F=1024, E=16, K=2, SwiGLU:
  * M = T*K/E = 512 rows per expert), forward, data-gradient and weight-gradient, plus a dense GEMM.
  * Operands are plain row-major with the engine's transposes (weights stored [out,in]); oneDNN gets
@@ -43,8 +45,9 @@ static const shape SHAPES[] = {
 #define MIN_ROUNDS 5
 #define MAX_ROUNDS 200
 
-enum { LIB_OPENBLAS_F32, LIB_ONEDNN_F32, LIB_ONEDNN_BF16, LIB_OPENBLAS_BF16CVT, NLIBS };
-static const char *LIB_NAMES[NLIBS] = {"openblas-f32", "onednn-f32", "onednn-bf16", "openblas-bf16cvt"};
+enum { LIB_OPENBLAS_F32, LIB_ONEDNN_F32, LIB_ONEDNN_BF16, LIB_OPENBLAS_BF16CVT, LIB_ONEDNN_WIDEN, NLIBS };
+static const char *LIB_NAMES[NLIBS] = {"openblas-f32", "onednn-f32", "onednn-bf16", "openblas-bf16cvt",
+                                       "onednn-widen"};
 
 static double now(void)
 {
@@ -153,6 +156,10 @@ static double time_call(int lib, const shape *s, operands *o, const dnnl_mm *mm,
     case LIB_OPENBLAS_F32: sgemm(s, o->a, o->b, o->c); break;
     case LIB_ONEDNN_F32:
     case LIB_ONEDNN_BF16: dnnl_mm_run(mm, stream); break;
+    case LIB_ONEDNN_WIDEN: /* mm multiplies o->a by o->b_cvt */
+        bf16_to_f32(o->b16, o->b_cvt, s->k * s->n, nt);
+        dnnl_mm_run(mm, stream);
+        break;
     default:
         bf16_to_f32(o->a16, o->a_cvt, s->m * s->k, nt);
         bf16_to_f32(o->b16, o->b_cvt, s->k * s->n, nt);
@@ -189,15 +196,15 @@ int main(int argc, char **argv)
     DNNL_CHECK(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
     printf("gemm_libs: %d threads, OpenBLAS core %s, oneDNN %d.%d.%d, GFLOP/s median (best)\n", nt,
            openblas_get_corename(), dnnl_version()->major, dnnl_version()->minor, dnnl_version()->patch);
-    printf("%-17s %18s %14s %14s %14s %16s   check (rel. diff)\n", "gemm", "m x n x k", LIB_NAMES[0], LIB_NAMES[1], LIB_NAMES[2],
-           LIB_NAMES[3]);
+    printf("%-17s %18s %14s %14s %14s %16s %14s   check (rel. diff)\n", "gemm", "m x n x k", LIB_NAMES[0],
+           LIB_NAMES[1], LIB_NAMES[2], LIB_NAMES[3], LIB_NAMES[4]);
     for (int si = 0; si < NSHAPES; si++) {
         const shape *s = &SHAPES[si];
         const int64_t na = s->m * s->k, nb = s->k * s->n, nc = s->m * s->n;
         operands o = {malloc((size_t)na * 4), malloc((size_t)nb * 4), malloc((size_t)nc * 4), malloc((size_t)na * 4),
                       malloc((size_t)nb * 4), malloc((size_t)na * 2), malloc((size_t)nb * 2)};
-        float *c_ref = malloc((size_t)nc * 4), *c_bf = malloc((size_t)nc * 4);
-        if (!o.a || !o.b || !o.c || !o.a_cvt || !o.b_cvt || !o.a16 || !o.b16 || !c_ref || !c_bf) {
+        float *c_ref = malloc((size_t)nc * 4), *c_bf = malloc((size_t)nc * 4), *c_cvt = malloc((size_t)nc * 4);
+        if (!o.a || !o.b || !o.c || !o.a_cvt || !o.b_cvt || !o.a16 || !o.b16 || !c_ref || !c_bf || !c_cvt) {
             fprintf(stderr, "gemm_libs: out of memory\n");
             return 1;
         }
@@ -213,18 +220,21 @@ int main(int argc, char **argv)
                 o.b16[i - na] = to_bf16(v);
             }
         }
-        dnnl_mm mm32, mm16;
+        dnnl_mm mm32, mm16, mmw;
         dnnl_mm_make(&mm32, eng, s, dnnl_f32, o.a, o.b, o.c);
         dnnl_mm_make(&mm16, eng, s, dnnl_bf16, o.a16, o.b16, o.c);
+        dnnl_mm_make(&mmw, eng, s, dnnl_f32, o.a, o.b_cvt, o.c);
         /* The libraries take turns, one call each per round, so that load from other processes on a
          * shared machine hits them alike; the first round is a warm-up. */
         double times[NLIBS][MAX_ROUNDS], med[NLIBS], best[NLIBS], spent = 0;
-        char check[128] = "";
+        char check[160] = "";
+        double widen_err = 0;
         int rounds = 0;
         for (int round = -1; round < MAX_ROUNDS && (rounds < MIN_ROUNDS || spent < min_s); round++) {
             for (int lib = 0; lib < NLIBS; lib++) {
                 settle();
-                const double t = time_call(lib, s, &o, lib == LIB_ONEDNN_BF16 ? &mm16 : &mm32, stream, nt);
+                const dnnl_mm *mm = lib == LIB_ONEDNN_BF16 ? &mm16 : lib == LIB_ONEDNN_WIDEN ? &mmw : &mm32;
+                const double t = time_call(lib, s, &o, mm, stream, nt);
                 if (round >= 0) {
                     times[lib][rounds] = t;
                     spent += t;
@@ -234,6 +244,8 @@ int main(int argc, char **argv)
                 if (lib == LIB_OPENBLAS_F32) memcpy(c_ref, o.c, (size_t)nc * 4);
                 if (lib == LIB_ONEDNN_F32) snprintf(check, sizeof check, "f32 %.1e", rel_diff(o.c, c_ref, nc));
                 if (lib == LIB_ONEDNN_BF16) memcpy(c_bf, o.c, (size_t)nc * 4);
+                if (lib == LIB_OPENBLAS_BF16CVT) memcpy(c_cvt, o.c, (size_t)nc * 4);
+                if (lib == LIB_ONEDNN_WIDEN) widen_err = rel_diff(o.c, c_ref, nc);
             }
             if (round >= 0) rounds++;
         }
@@ -245,15 +257,15 @@ int main(int argc, char **argv)
         }
         /* both bf16 paths compute the same products of bf16 values in fp32 */
         const size_t used = strlen(check);
-        snprintf(check + used, sizeof check - used, " bf16 %.1e (vs f32 %.1e)", rel_diff(c_bf, o.c, nc),
-                 rel_diff(c_bf, c_ref, nc));
+        snprintf(check + used, sizeof check - used, " bf16 %.1e (vs f32 %.1e) widen vs f32 %.1e",
+                 rel_diff(c_bf, c_cvt, nc), rel_diff(c_bf, c_ref, nc), widen_err);
         char cells[NLIBS][32];
         for (int lib = 0; lib < NLIBS; lib++) snprintf(cells[lib], sizeof cells[lib], "%6.1f (%5.1f)", med[lib], best[lib]);
-        printf("%-17s %4lld x %4lld x %4lld %14s %14s %14s %16s   %s\n", s->name, (long long)s->m,
-               (long long)s->n, (long long)s->k, cells[0], cells[1], cells[2], cells[3], check);
+        printf("%-17s %4lld x %4lld x %4lld %14s %14s %14s %16s %14s   %s\n", s->name, (long long)s->m,
+               (long long)s->n, (long long)s->k, cells[0], cells[1], cells[2], cells[3], cells[4], check);
         fflush(stdout);
-        dnnl_mm_free(&mm32), dnnl_mm_free(&mm16);
-        free(o.a), free(o.b), free(o.c), free(o.a_cvt), free(o.b_cvt), free(o.a16), free(o.b16), free(c_ref), free(c_bf);
+        dnnl_mm_free(&mm32), dnnl_mm_free(&mm16), dnnl_mm_free(&mmw);
+        free(o.a), free(o.b), free(o.c), free(o.a_cvt), free(o.b_cvt), free(o.a16), free(o.b16), free(c_ref), free(c_bf), free(c_cvt);
     }
     dnnl_stream_destroy(stream);
     dnnl_engine_destroy(eng);
