@@ -20,8 +20,8 @@
  *    layer step while the cache warms up). A runtime-M/K primitive (DNNL_RUNTIME_DIM_VAL, one per
  *    weight shape) would never miss, but oneDNN 2.6 runs it on its gemm:jit path instead of brgemm and
  *    the layer's fwd+bwd took ~2x longer (bench/RESULTS.md "Engine GEMM path"). The engine and stream
- *    are created per op call (under a microsecond on CPU), so this file keeps no state between calls
- *    and frees everything it creates before returning.
+ *    are created per op call (under a microsecond on CPU) and everything a call creates is freed
+ *    before it returns; what outlives a call is per-thread scratch memory (below) and the bf16 path.
  *  - alpha is the matmul's output scale, beta a sum post-op with scale beta; beta = 0 has no post-op,
  *    so C is written without being read (NaN included). alpha = 0 and k = 0 are C = beta * C, done
  *    here without reading A and B, as for BLAS.
