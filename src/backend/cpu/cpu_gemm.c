@@ -40,8 +40,9 @@
  *  - widen: the bf16 operand is widened to fp32 (exact) into a per-thread scratch and multiplied with
  *    the fp32 operand as it is by the fp32 matmul: bitwise what converting the weights to fp32 first
  *    gave. Chosen elsewhere: without avx512_bf16, oneDNN 2.6 runs bf16 on its emulating gemm:jit
- *    kernel, measured 3.3x slower than its fp32 brgemm on Ice Lake; rounding the fp32 operand too
- *    would add ~5% to a bf16 layer's step there for less accuracy (bench/RESULTS.md "bf16 GEMMs").
+ *    kernel, 3.5-4x slower than its fp32 brgemm on Ice Lake. Rounding the fp32 operand too, as the
+ *    native path must, would only cost accuracy and time here (a few % of these GEMMs, measured:
+ *    bench/RESULTS.md "bf16 GEMMs").
  * Both paths are deterministic for a given path and thread count.
  */
 #include <limits.h>
