@@ -86,13 +86,9 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
     moe_exec ex = moe_context_enter(ctx, stream);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
-    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
-        int32_t finite = 0;
-        st = moe_all_finite(ctx, &ex, moe_tensor_data(x), T * layer->H, layer->dtype, &finite);
-        if (st) return st;
-        if (!finite)
-            return moe_errorf(ctx, MOE_ERR_NONFINITE, "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
-    }
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
+        TRY(moe_require_finite(ctx, &ex, moe_tensor_data(x), T * layer->H, layer->dtype,
+                               "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
                             moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
@@ -113,13 +109,9 @@ static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTen
     if (!st) st = moe_check_tensor(ctx, dx, "dx", 2, shape, layer->dtype);
     if (st) return st;
     /* before the tape is touched: a rejected backward leaves the step as it was */
-    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT) {
-        int32_t finite = 0;
-        st = moe_all_finite(ctx, ex, moe_tensor_data(dy), step->T * layer->H, layer->dtype, &finite);
-        if (st) return st;
-        if (!finite)
-            return moe_errorf(ctx, MOE_ERR_NONFINITE, "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)");
-    }
+    if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
+        TRY(moe_require_finite(ctx, ex, moe_tensor_data(dy), step->T * layer->H, layer->dtype,
+                               "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
     return MOE_OK;
 }
 

@@ -126,7 +126,6 @@ static int32_t plan_and_dispatch(moe_dispatch *h, int64_t T, const void *x, cons
                               tp->row_prob.p, tp->slot_row.p, tp->dropped.p, meta + E + 1};
     OP(dispatch_plan, &ex, L->E, L->K, T, tp->idx.p, tp->probs.p, C, L->cfg.drop_policy, L->cfg.pad_to_capacity, &plan);
     /* the one copy: the dispatchers size their exchanges from the plan's counts */
-    s->host.have_plan = 0;
     TRY(moe_step_plan_to_host(s, &ex));
     s->R = moe_step_host_stats(s)[0];
     TRY(L->disp->dispatch(L, s, &ex));

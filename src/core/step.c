@@ -1,12 +1,19 @@
 /* Step tapes: buffer reservation and release, and the host's reads of a step's routing results. */
 #include "core/layer.h"
 
+/* *bytes = n elements of es bytes, failing when that leaves size_t. */
+static int32_t tape_bytes(moe_context *ctx, int64_t n, size_t es, size_t *bytes)
+{
+    if (n < 0 || !moe_size_mul((size_t)n, es, bytes))
+        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "a tape buffer of %lld elements overflows size_t", (long long)n);
+    return MOE_OK;
+}
+
 int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es)
 {
     moe_context *ctx = step->layer->ctx;
     size_t bytes;
-    if (n < 0 || !moe_size_mul((size_t)n, es, &bytes))
-        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "a tape buffer of %lld elements overflows size_t", (long long)n);
+    TRY(tape_bytes(ctx, n, es, &bytes));
     if (step->reserved && !(b->p && b->bytes >= bytes && b->category == MOE_MEM_ACTIVATIONS)) ctx->inflight_allocs++;
     return moe_buf_reserve(ctx, b, bytes, MOE_MEM_ACTIVATIONS);
 }
@@ -15,8 +22,7 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
 {
     moe_context *ctx = step->layer->ctx;
     size_t bytes;
-    if (n < 0 || !moe_size_mul((size_t)n, es, &bytes))
-        return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "a host buffer of %lld elements overflows size_t", (long long)n);
+    TRY(tape_bytes(ctx, n, es, &bytes));
     return moe_buf_reserve_host(ctx, b, bytes);
 }
 

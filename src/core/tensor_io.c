@@ -8,7 +8,7 @@
 /* Any op table of the backend serves dtype-free ops (strided copies, the finite check of a storage dtype). */
 static const moe_ops *any_table(const moe_context *ctx) { return ctx->backend->ops(MOE_DTYPE_FP32); }
 
-int32_t moe_all_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype, int32_t *finite)
+static int32_t all_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype, int32_t *finite)
 {
     const moe_ops *ops = any_table(ctx);
     int32_t *flag = moe_mem_alloc(ctx, sizeof(int32_t), MOE_MEM_WORKSPACE);
@@ -18,6 +18,15 @@ int32_t moe_all_finite(moe_context *ctx, const moe_exec *ex, const void *p, int6
     else st = moe_copy_to_host(ctx, ex, finite, flag, sizeof(int32_t)); /* the policy's one flag read */
     moe_mem_free(ctx, flag, sizeof(int32_t), MOE_MEM_WORKSPACE);
     return st;
+}
+
+int32_t moe_require_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype,
+                           const char *message)
+{
+    int32_t finite = 0;
+    int32_t st = all_finite(ctx, ex, p, n, dtype, &finite);
+    if (st) return st;
+    return finite ? MOE_OK : moe_errorf(ctx, MOE_ERR_NONFINITE, "%s", message);
 }
 
 int32_t moe_tensor_strided_copy(moe_context *ctx, const moe_exec *ex, const DLTensor *t, size_t elem, void *compact,

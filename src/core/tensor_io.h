@@ -4,10 +4,11 @@
 
 #include "core/context.h"
 
-/* *finite = 1 when the n elements at p (MOE_DTYPE_FP32, BF16 or FP64) hold no NaN or Inf, else 0: the
- * inputs the NaN/Inf policy rejects (x, dy, routing probabilities), checked before anything is written.
- * One flag is read back to the host. */
-int32_t moe_all_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype, int32_t *finite);
+/* MOE_OK when the n elements at p (MOE_DTYPE_FP32, BF16 or FP64) hold no NaN or Inf, else
+ * MOE_ERR_NONFINITE with `message`: the inputs the NaN/Inf policy rejects (x, dy, routing
+ * probabilities), checked before anything is written. One flag is read back to the host. */
+int32_t moe_require_finite(moe_context *ctx, const moe_exec *ex, const void *p, int64_t n, int32_t dtype,
+                           const char *message);
 /* Copies between tensor t (any strides, ndim <= 4, elem bytes per element) and the compact row-major
  * device buffer `compact`: to_compact = 1 gathers t into it, 0 scatters it into t. */
 int32_t moe_tensor_strided_copy(moe_context *ctx, const moe_exec *ex, const DLTensor *t, size_t elem, void *compact,
