@@ -19,11 +19,15 @@
 #include <time.h>
 
 #include "guarded_backend.h"
+#ifdef MOE_HAVE_SIM
+#include "sim_backend.h"
+#endif
 #include "harness.h"
 
 static const char *usage =
     "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]\n"
-    "  NAME: cpu (or another backend of this build), guarded-cpu, broken-permute,\n"
+    "  NAME: cpu (or another backend of this build), guarded-cpu, sim (the CUDA kernels in the\n"
+    "        kernel simulator, where built), broken-permute,\n"
     "        broken-unpermute, broken-overflow, broken-gemm\n";
 
 /* A backend of this build by name, the guarded CPU backend, or a broken copy of the CPU backend. */
@@ -36,6 +40,9 @@ static const moe_backend *find_backend(const char *name)
     }
     const moe_backend *be = hx_broken_backend(name, NULL);
     if (be) return be;
+#ifdef MOE_HAVE_SIM
+    if (strcmp(name, "sim") == 0) return moe_sim_backend();
+#endif
     const int32_t types[] = {MOE_DEVICE_CPU, MOE_DEVICE_CUDA};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         be = moe_backend_for_device(types[i]);
