@@ -1,6 +1,6 @@
 # CUDA backend detection. MOE_CUDA = AUTO builds it when a CUDA toolkit is found, ON requires it,
 # OFF skips it. The backend's sources live in kernels/ (device code) and src/backend/cuda/ (host
-# side); until they exist only detection runs and moe_build_features() reports no CUDA.
+# side); MOE_HAVE_CUDA says the backend is built.
 set(MOE_HAVE_CUDA OFF)
 set(MOE_HAVE_NCCL OFF)
 if(NOT MOE_CUDA MATCHES "^(AUTO|ON|OFF)$")
@@ -24,11 +24,13 @@ if(NOT MOE_CUDA STREQUAL "OFF")
         message(FATAL_ERROR "MOE_NCCL=ON but nccl.h / libnccl were not found")
       endif()
     endif()
-    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/src/backend/cuda/CMakeLists.txt)
-      add_subdirectory(src/backend/cuda)
-    else()
-      message(STATUS "CUDA toolkit ${CUDAToolkit_VERSION} found; the CUDA backend has no sources yet")
+    # The backend's device code needs nvcc: CMAKE_CUDA_COMPILER from the toolkit found above.
+    if(NOT CMAKE_CUDA_COMPILER AND EXISTS "${CUDAToolkit_BIN_DIR}/nvcc")
+      set(CMAKE_CUDA_COMPILER "${CUDAToolkit_BIN_DIR}/nvcc")
     endif()
+    set(CMAKE_CUDA_ARCHITECTURES "${MOE_CUDA_ARCHITECTURES}")
+    enable_language(CUDA)
+    set(MOE_HAVE_CUDA ON) # the backend itself: src/backend/cuda (added by the top-level CMakeLists)
   elseif(MOE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MOE_CUDA=ON but no CUDA toolkit was found (put /usr/local/cuda/bin on PATH)")
   endif()

@@ -43,7 +43,10 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
         return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "moe_context_config.device_type = MOE_DEVICE_CUDA: this build has no "
                           "CUDA backend (moe_build_features() lacks MOE_FEATURE_CUDA)");
     int32_t ndev = 0;
-    if (be->device_count(&ndev) != MOE_OK || cfg.device_id < 0 || cfg.device_id >= ndev)
+    if (be->device_count(&ndev) == MOE_OK && ndev == 0)
+        return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "moe_context_config.device_type = MOE_DEVICE_CUDA: this build has a "
+                          "CUDA backend but no CUDA device is visible here (no driver, or CUDA_VISIBLE_DEVICES hides them)");
+    if (cfg.device_id < 0 || cfg.device_id >= ndev)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; the %s backend has %d "
                           "device(s) here, ids 0 .. %d", cfg.device_id, be->name, ndev, ndev - 1);
     if (cfg.num_threads < 0 || cfg.num_threads > 4096)

@@ -20,7 +20,7 @@ MOE_API uint64_t moe_build_features(void)
 #ifdef MOE_HAVE_ONEDNN
     f |= MOE_FEATURE_ONEDNN; /* fp32 GEMMs (src/backend/cpu/cpu_gemm.c) */
 #endif
-#ifdef MOE_HAVE_CUDA_BACKEND
+#ifdef MOE_HAVE_CUDA
     f |= MOE_FEATURE_CUDA;
 #endif
 #ifdef MOE_HAVE_NCCL /* cmake/MoeComm.cmake */

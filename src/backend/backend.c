@@ -6,6 +6,9 @@ const moe_backend *moe_backend_for_device(int32_t device_type)
 {
     switch (device_type) {
     case MOE_DEVICE_CPU: return &moe_backend_cpu;
-    default: return NULL; /* MOE_DEVICE_CUDA: the CUDA backend is not built yet */
+#ifdef MOE_HAVE_CUDA
+    case MOE_DEVICE_CUDA: return &moe_backend_cuda;
+#endif
+    default: return NULL; /* a device whose backend this build lacks */
     }
 }

@@ -84,5 +84,7 @@ const moe_backend *moe_backend_for_device(int32_t device_type);
 
 /* The CPU backend (src/backend/cpu/cpu_backend.c), always built. */
 extern const moe_backend moe_backend_cpu;
+/* The CUDA backend (src/backend/cuda/), in builds with MOE_HAVE_CUDA. */
+extern const moe_backend moe_backend_cuda;
 
 #endif /* MOE_BACKEND_BACKEND_H */

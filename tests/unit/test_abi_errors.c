@@ -402,7 +402,7 @@ enum { CTX = 0, TLS = 1 };
     X(h13, "context_config next non-NULL", UNS, TLS, "next", (f->cc.next = &f->cc, new_context(f))) \
     X(h14, "step_config api_version 7.0.1", VER, CTX, "api_version", (f->sc.api_version = 70001, new_step(f))) \
     X(h15, "step_config struct_size 12", VER, CTX, "struct_size", (f->sc.struct_size = 12, new_step(f))) \
-    X(x01, "CUDA context in a CPU build", UNS, TLS, "device_type", (f->cc.device_type = MOE_DEVICE_CUDA, new_context(f))) \
+    X(x01, "CUDA context without a CUDA backend or device", UNS, TLS, "device_type", (f->cc.device_type = MOE_DEVICE_CUDA, new_context(f))) \
     X(x02, "device_type 7", INV, TLS, "device_type", (f->cc.device_type = 7, new_context(f))) \
     X(x03, "CPU device_id 3", INV, TLS, "device_id", (f->cc.device_id = 3, new_context(f))) \
     X(x04, "num_threads -1", INV, TLS, "num_threads", (f->cc.num_threads = -1, new_context(f))) \
@@ -652,7 +652,11 @@ START_TEST(test_version_features)
     uint64_t feat = moe_build_features();
     ck_assert(feat & MOE_FEATURE_CPU);
     ck_assert(feat & MOE_FEATURE_FP64);
+#ifdef MOE_TEST_HAVE_CUDA
+    ck_assert(feat & MOE_FEATURE_CUDA); /* a build with the CUDA backend */
+#else
     ck_assert(!(feat & MOE_FEATURE_CUDA)); /* the CPU build */
+#endif
     moe_layer_config c;
     ck_assert_int_eq(moe_layer_config_init(&c, sizeof c), MOE_OK);
     ck_assert_uint_eq(c.api_version, MOE_API_VERSION);

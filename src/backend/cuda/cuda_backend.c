@@ -1,0 +1,254 @@
+/*
+ * The CUDA backend object (backend/backend.h): device lifetime, memory, copies, events and streams
+ * of one GPU, and the cuda-f32 op table (kernels/ + cuBLASLt GEMMs).
+ *
+ * Decisions:
+ *  - each context gets its own non-blocking stream (default_stream), a cuBLASLt handle and a plan
+ *    cache; a call's stream argument replaces the stream for that call;
+ *  - raw device memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the exec's stream, the
+ *    device's default memory pool); the context's caching pool (src/mem/allocator.c) sits on top, so
+ *    steady-state steps allocate nothing from CUDA;
+ *  - host memory for staging (host_alloc) is pinned (cudaMallocHost), so copies are truly async;
+ *  - no fp64 table: the CPU backend is the fp64 reference;
+ *  - every entry makes the context's device current first (cudaSetDevice is a no-op when it is).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "backend/op_names.h"
+#include "backend/cuda/cuda_device.h"
+
+int32_t moe_cuda_check(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return MOE_OK;
+    cudaGetLastError(); /* clear a non-sticky error so later calls do not report it again */
+    int32_t st = e == cudaErrorMemoryAllocation ? MOE_ERR_OUT_OF_MEMORY : MOE_ERR_BACKEND;
+    return moe_errorf(NULL, st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int32_t moe_cuda_lt_check(cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS) return MOE_OK;
+    int32_t st = s == CUBLAS_STATUS_ALLOC_FAILED ? MOE_ERR_OUT_OF_MEMORY
+                 : s == CUBLAS_STATUS_NOT_SUPPORTED ? MOE_ERR_UNSUPPORTED
+                                                    : MOE_ERR_BACKEND;
+    return moe_errorf(NULL, st, "%s: cuBLASLt status %d (%s)", what, (int)s, cublasLtGetStatusString(s));
+}
+
+static moe_cuda_device *dev_of(const moe_exec *ex) { return (moe_cuda_device *)ex->device; }
+static cudaStream_t stream_of(const moe_exec *ex)
+{
+    return ex->stream ? (cudaStream_t)ex->stream : dev_of(ex) ? dev_of(ex)->stream : (cudaStream_t)0;
+}
+static int32_t enter(const moe_exec *ex)
+{
+    return moe_cuda_check(cudaSetDevice(ex->device_id), "cudaSetDevice");
+}
+
+/* ---------------------------------------------------------------- op table */
+static moe_ops cuda_f32;
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+
+static void cuda_table_init(void)
+{
+    cuda_f32.name = "cuda-f32";
+    cuda_f32.dtype = MOE_DTYPE_FP32;
+    cuda_f32.elem_size = sizeof(float);
+    moe_cuda_kernel_table(&cuda_f32);
+    cuda_f32.gemm = moe_cuda_gemm;
+    cuda_f32.gemm_grouped_rows = moe_cuda_gemm_grouped_rows;
+    cuda_f32.gemm_grouped_reduce = moe_cuda_gemm_grouped_reduce;
+}
+
+const moe_ops *moe_cuda_ops_f32(void)
+{
+    pthread_once(&cuda_once, cuda_table_init);
+    return &cuda_f32;
+}
+
+static const moe_ops *cuda_ops(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? moe_cuda_ops_f32() : NULL; }
+
+static int32_t cuda_supports_op(int32_t dtype, const char *op)
+{
+    return dtype == MOE_DTYPE_FP32 && moe_op_slot_present(moe_cuda_ops_f32(), op);
+}
+
+/* ---------------------------------------------------------------- device */
+static int32_t cuda_device_count(int32_t *count)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { /* no driver or no device */
+        cudaGetLastError();
+        n = 0;
+    }
+    *count = n;
+    return MOE_OK;
+}
+
+static void cuda_device_close(void *state)
+{
+    moe_cuda_device *d = state;
+    if (!d) return;
+    cudaSetDevice(d->id);
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    moe_cuda_plans_destroy(d);
+    if (d->scratch) cudaFree(d->scratch);
+    if (d->lt) cublasLtDestroy(d->lt);
+    if (d->stream) cudaStreamDestroy(d->stream);
+    free(d);
+}
+
+static int32_t cuda_device_open(int32_t device_id, void **state)
+{
+    int32_t n = 0;
+    cuda_device_count(&n);
+    if (n == 0)
+        return moe_errorf(NULL, MOE_ERR_UNSUPPORTED, "MOE_DEVICE_CUDA: no CUDA device is visible (no driver, or "
+                          "CUDA_VISIBLE_DEVICES hides them all)");
+    if (device_id < 0 || device_id >= n)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; this machine has %d "
+                          "CUDA device(s)", device_id, n);
+    moe_cuda_device *d = calloc(1, sizeof *d);
+    if (!d) return MOE_ERR_OUT_OF_MEMORY;
+    d->id = device_id;
+    int32_t st = moe_cuda_check(cudaSetDevice(device_id), "cudaSetDevice");
+    if (!st) st = moe_cuda_check(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (!st) st = moe_cuda_lt_check(cublasLtCreate(&d->lt), "cublasLtCreate");
+    if (st) {
+        cuda_device_close(d);
+        return st;
+    }
+    *state = d;
+    return MOE_OK;
+}
+
+static void *cuda_default_stream(void *state) { return state ? ((moe_cuda_device *)state)->stream : NULL; }
+
+/* ---------------------------------------------------------------- memory */
+static int32_t cuda_mem_alloc(const moe_exec *ex, size_t bytes, void **out)
+{
+    int32_t st = enter(ex);
+    if (st) return st;
+    void *p = NULL;
+    cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 256, stream_of(ex));
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return e == cudaErrorMemoryAllocation ? MOE_ERR_OUT_OF_MEMORY : moe_cuda_check(e, "cudaMallocAsync");
+    }
+    *out = p;
+    return MOE_OK;
+}
+
+static void cuda_mem_free(const moe_exec *ex, void *ptr, size_t bytes)
+{
+    (void)bytes;
+    if (!ptr) return;
+    cudaSetDevice(ex->device_id);
+    if (cudaFreeAsync(ptr, stream_of(ex)) != cudaSuccess) cudaGetLastError();
+}
+
+static int32_t cuda_host_alloc(size_t bytes, void **out)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 64);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return MOE_ERR_OUT_OF_MEMORY;
+    }
+    *out = p;
+    return MOE_OK;
+}
+
+static void cuda_host_free(void *ptr)
+{
+    if (ptr) cudaFreeHost(ptr);
+}
+
+static int32_t cuda_memcpy(const moe_exec *ex, void *dst, const void *src, size_t bytes, int32_t kind)
+{
+    if (bytes == 0) return MOE_OK;
+    enum cudaMemcpyKind k = kind == MOE_COPY_H2D ? cudaMemcpyHostToDevice
+                            : kind == MOE_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                   : cudaMemcpyDeviceToDevice;
+    return moe_cuda_check(cudaMemcpyAsync(dst, src, bytes, k, stream_of(ex)), "cudaMemcpyAsync");
+}
+
+static int32_t cuda_memset(const moe_exec *ex, void *dst, int32_t value, size_t bytes)
+{
+    if (bytes == 0) return MOE_OK;
+    return moe_cuda_check(cudaMemsetAsync(dst, value, bytes, stream_of(ex)), "cudaMemsetAsync");
+}
+
+/* ---------------------------------------------------------------- events and streams */
+static int32_t cuda_event_create(const moe_exec *ex, void **event)
+{
+    cudaEvent_t e = NULL;
+    int32_t st = moe_cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    if (!st) *event = e;
+    return st;
+}
+
+static void cuda_event_destroy(const moe_exec *ex, void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+static int32_t cuda_event_record(const moe_exec *ex, void *event)
+{
+    return moe_cuda_check(cudaEventRecord((cudaEvent_t)event, stream_of(ex)), "cudaEventRecord");
+}
+
+static int32_t cuda_event_query(const moe_exec *ex, void *event, int32_t *done)
+{
+    cudaError_t e = cudaEventQuery((cudaEvent_t)event);
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        *done = 0;
+        return MOE_OK;
+    }
+    *done = e == cudaSuccess;
+    return moe_cuda_check(e, "cudaEventQuery");
+}
+
+static int32_t cuda_event_sync(const moe_exec *ex, void *event)
+{
+    return moe_cuda_check(cudaEventSynchronize((cudaEvent_t)event), "cudaEventSynchronize");
+}
+
+static int32_t cuda_stream_wait_event(const moe_exec *ex, void *event)
+{
+    return moe_cuda_check(cudaStreamWaitEvent(stream_of(ex), (cudaEvent_t)event, 0), "cudaStreamWaitEvent");
+}
+
+static int32_t cuda_stream_sync(const moe_exec *ex)
+{
+    return moe_cuda_check(cudaStreamSynchronize(stream_of(ex)), "cudaStreamSynchronize");
+}
+
+const moe_backend moe_backend_cuda = {
+    .name = "cuda",
+    .device_type = MOE_DEVICE_CUDA,
+    .caps = MOE_BACKEND_CAP_ASYNC | MOE_BACKEND_CAP_GRAPHS,
+    .ops = cuda_ops,
+    .supports_op = cuda_supports_op,
+    .device_open = cuda_device_open,
+    .device_close = cuda_device_close,
+    .default_stream = cuda_default_stream,
+    .workspace_bytes = MOE_CUDA_WORKSPACE_BYTES,
+    .device_count = cuda_device_count,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .memcpy = cuda_memcpy,
+    .memset = cuda_memset,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_sync = cuda_event_sync,
+    .stream_wait_event = cuda_stream_wait_event,
+    .stream_sync = cuda_stream_sync,
+};
