@@ -155,9 +155,19 @@ typedef struct moe_memory_stats {
     int64_t total_current_bytes;
     int64_t total_peak_bytes;
     int64_t num_allocations; /* live allocations */
+    /* since 0.2 (struct_size covers them): the built-in caching pool */
+    int64_t cached_bytes;       /* freed blocks the pool keeps for reuse (0 with a host allocator) */
+    int64_t reserved_bytes;     /* total_current_bytes + cached_bytes: what the context holds */
+    int64_t peak_reserved_bytes;
+    int64_t device_allocations; /* raw device allocations made since creation (steady state: constant) */
+    int64_t trims;              /* times the cache was emptied (moe_context_memory_trim, out-of-memory retries) */
 } moe_memory_stats;
 /* stats->struct_size must be set by the caller; the engine fills min(struct_size, its size) bytes. */
 MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats);
+/* Gives every cached free block back to the device (waiting for the streams that may still use them;
+ * stream: NULL = the context's stream). Live allocations are untouched. An allocation that fails is
+ * retried once after the same trim before MOE_ERR_OUT_OF_MEMORY is returned. */
+MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream);
 
 /* ---------------------------------------------------------------- layer config */
 enum { MOE_ACT_SWIGLU = 0, MOE_ACT_GEGLU = 1, MOE_ACT_GELU = 2, MOE_ACT_RELU = 3, MOE_ACT_SILU = 4 };

@@ -116,6 +116,14 @@ MOE_API int32_t moe_context_num_threads(const moe_context *ctx, int32_t *out)
     return MOE_OK;
 }
 
+MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream)
+{
+    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_trim: ctx is NULL");
+    (void)moe_context_enter(ctx, stream);
+    moe_mem_trim(ctx);
+    return MOE_OK;
+}
+
 MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats)
 {
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_stats: ctx is NULL");
@@ -133,6 +141,11 @@ MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stat
     s.total_current_bytes = ctx->mem_total_current;
     s.total_peak_bytes = ctx->mem_total_peak;
     s.num_allocations = ctx->mem_live;
+    s.cached_bytes = (int64_t)ctx->pool_bytes;
+    s.reserved_bytes = ctx->mem_total_current + (int64_t)ctx->pool_bytes;
+    s.peak_reserved_bytes = ctx->pool_peak_reserved > s.reserved_bytes ? ctx->pool_peak_reserved : s.reserved_bytes;
+    s.device_allocations = ctx->dev_allocs;
+    s.trims = ctx->trims;
     memcpy(stats, &s, want < sizeof s ? want : sizeof s);
     return MOE_OK;
 }

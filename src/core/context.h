@@ -50,6 +50,9 @@ struct moe_context {
     moe_pool_block pool[MOE_POOL_SLOTS];
     int32_t pool_count;
     size_t pool_bytes;
+    int64_t pool_peak_reserved; /* max of mem_total_current + pool_bytes */
+    int64_t dev_allocs;         /* backend mem_alloc calls that succeeded */
+    int64_t trims;
     char last_error[MOE_ERROR_CAP];
 };
 

@@ -98,9 +98,12 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
             *b = ctx->pool[--ctx->pool_count];
             break;
         }
-        if (!p && ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) {
-            moe_mem_trim(ctx); /* give cached blocks back and retry once */
-            if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
+        if (!p) {
+            if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) {
+                moe_mem_trim(ctx); /* give cached blocks back and retry once */
+                if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
+            }
+            if (p) ctx->dev_allocs++;
         }
         if (!p) {
             moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of %s memory", sz, ctx->backend->name);
@@ -108,6 +111,8 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
         }
     }
     charge(ctx, category, (int64_t)sz);
+    int64_t reserved = ctx->mem_total_current + (int64_t)ctx->pool_bytes;
+    if (reserved > ctx->pool_peak_reserved) ctx->pool_peak_reserved = reserved;
     return p;
 }
 
@@ -140,6 +145,7 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
 
 void moe_mem_trim(moe_context *ctx)
 {
+    if (ctx->pool_count > 0) ctx->trims++;
     for (int32_t i = 0; i < ctx->pool_count; i++) block_drop(ctx, &ctx->pool[i]);
     ctx->pool_count = 0;
     ctx->pool_bytes = 0;

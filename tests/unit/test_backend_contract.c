@@ -141,6 +141,40 @@ static int32_t mock_create(const moe_exec *ex, void **ev)
     return MOE_OK;
 }
 
+/* The caching pool in steady state: after a warm-up step, further steps of the same shape make no raw
+ * device allocation; trim empties the cache; the stats add up (reserved = in use + cached). */
+START_TEST(pool_steady_state_and_trim)
+{
+    moe_layer_config c = lu_config(H, F, E, K);
+    lu_layer l;
+    lu_create(&l, &c, 2);
+    float x[T * H], y[T * H], dy[T * H], dx[T * H];
+    tu_fill_uniform_f(x, T * H, 21, -1, 1);
+    tu_fill_uniform_f(dy, T * H, 22, -1, 1);
+    moe_memory_stats st = {.struct_size = sizeof st};
+    int64_t allocs_after_warmup = -1;
+    for (int rep = 0; rep < 4; rep++) {
+        moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, x, y, T);
+        backward(&l, s, dy, dx);
+        moe_step_destroy(s);
+        ck_assert_int_eq(moe_context_memory_stats(l.ctx, &st), MOE_OK);
+        ck_assert_int_eq(st.reserved_bytes, st.total_current_bytes + st.cached_bytes);
+        ck_assert_int_ge(st.peak_reserved_bytes, st.reserved_bytes);
+        if (rep == 0) allocs_after_warmup = st.device_allocations;
+        else ck_assert_int_eq(st.device_allocations, allocs_after_warmup); /* no new device memory */
+    }
+    ck_assert_int_gt(st.cached_bytes, 0);
+    int64_t trims = st.trims;
+    ck_assert_int_eq(moe_context_memory_trim(l.ctx, NULL), MOE_OK);
+    ck_assert_int_eq(moe_context_memory_stats(l.ctx, &st), MOE_OK);
+    ck_assert_int_eq(st.cached_bytes, 0);
+    ck_assert_int_eq(st.trims, trims + 1);
+    ck_assert_int_eq(st.reserved_bytes, st.total_current_bytes);
+    ck_assert_int_eq(moe_context_memory_trim(NULL, NULL), MOE_ERR_INVALID_ARGUMENT);
+    lu_destroy(&l);
+}
+END_TEST
+
 START_TEST(pool_is_stream_ordered)
 {
     moe_backend mock = moe_backend_cpu;
@@ -191,6 +225,7 @@ int main(void)
     tcase_add_test(tc, static_shapes_read_nothing);
     tcase_add_test(tc, rejecting_policy_reads_one_flag_per_input);
     tcase_add_test(tc, pool_is_stream_ordered);
+    tcase_add_test(tc, pool_steady_state_and_trim);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
