@@ -213,7 +213,12 @@ typedef struct moe_layer_config {
     int32_t nonfinite_policy;      /* MOE_NONFINITE_* */
     int32_t reserved0;
     uint64_t seed;                 /* parameter initialisation seed (0 is a valid seed) */
+    /* since 0.2 (struct_size covers it): MOE_GRAPHS_AUTO captures forward and backward as CUDA Graphs
+     * and replays them where shapes are static (docs/cuda.md, "CUDA Graphs"); MOE_GRAPHS_OFF never */
+    int32_t graphs;
+    int32_t reserved1;
 } moe_layer_config;
+enum { MOE_GRAPHS_AUTO = 0, MOE_GRAPHS_OFF = 1 };
 
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size);
 

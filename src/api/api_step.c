@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "core/layer.h"
 #include "core/tensor_io.h"
+#include "core/graph.h"
 
 #define STEP_CFG_MIN sizeof(moe_step_config)
 
@@ -91,7 +92,7 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
                                "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
-                            moe_layer_forward_impl(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
+                            moe_layer_forward_run(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
 }
 
 static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn,
@@ -124,7 +125,7 @@ MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const 
     if (st) return st;
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(layer->ctx, depth,
-                            moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex));
+                            moe_layer_backward_data_run(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex));
 }
 
 MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream)
@@ -137,7 +138,7 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
                                                              : "run moe_layer_backward_data on this step first");
     moe_exec ex = moe_context_enter(layer->ctx, stream);
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
-    return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_impl(layer, step, &ex));
+    return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_run(layer, step, &ex));
 }
 
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
@@ -148,8 +149,8 @@ MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTen
     st = check_backward_args(layer, step, dy, dx, "moe_layer_backward", &ex);
     if (st) return st;
     int32_t depth = layer->ctx->range_depth;
-    st = moe_layer_backward_data_impl(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex);
-    if (!st) st = moe_layer_backward_weights_impl(layer, step, &ex);
+    st = moe_layer_backward_data_run(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex);
+    if (!st) st = moe_layer_backward_weights_run(layer, step, &ex);
     return moe_range_unwind(layer->ctx, depth, st);
 }
 

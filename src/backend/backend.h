@@ -77,6 +77,14 @@ struct moe_backend {
     /* Work queued on ex->stream after this call waits for event (cross-stream ordering). */
     int32_t (*stream_wait_event)(const moe_exec *ex, void *event);
     int32_t (*stream_sync)(const moe_exec *ex);
+
+    /* Graphs (MOE_BACKEND_CAP_GRAPHS; NULL elsewhere): work queued on ex->stream between graph_begin
+     * and graph_end is recorded, not run; graph_end always ends the recording and returns an
+     * executable graph (or an error); graph_launch queues one replay on ex->stream. */
+    int32_t (*graph_begin)(const moe_exec *ex);
+    int32_t (*graph_end)(const moe_exec *ex, void **graph);
+    int32_t (*graph_launch)(const moe_exec *ex, void *graph);
+    void (*graph_destroy)(void *graph);
 };
 
 /* The backend of a MOE_DEVICE_* in this build; NULL when it was not built (src/backend/backend.c). */

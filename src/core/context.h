@@ -14,6 +14,13 @@
 #include "base/error.h"
 
 
+/* A free that arrived during a graph capture (done once the capture has ended). */
+struct moe_deferred_free {
+    void *ptr;
+    size_t bytes;
+    int32_t category;
+};
+
 /* One cached free block of the built-in pool: freed on `stream`, reusable there at once (stream
  * order) and on another stream once `event` (recorded at the free) has passed. */
 typedef struct moe_pool_block {
@@ -53,6 +60,12 @@ struct moe_context {
     int64_t pool_peak_reserved; /* max of mem_total_current + pool_bytes */
     int64_t dev_allocs;         /* backend mem_alloc calls that succeeded */
     int64_t trims;
+    /* graph capture in progress (core/graph.c): the pool refuses to allocate (capture_broken is set)
+     * and defers frees until the capture has ended */
+    int32_t capturing, capture_broken;
+    struct moe_deferred_free *deferred;
+    int32_t deferred_count, deferred_cap;
+    int64_t graph_captures, graph_replays, graph_fallbacks; /* counters for tests and stats */
     char last_error[MOE_ERROR_CAP];
 };
 
@@ -65,6 +78,8 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category);
 void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);
 /* Frees the pool's cached blocks, waiting for the streams that still use them (context teardown). */
 void moe_mem_trim(moe_context *ctx);
+/* Frees what moe_mem_free deferred during a graph capture (after the capture ended). */
+void moe_mem_flush_deferred(moe_context *ctx);
 /* a * b with overflow detection; returns 0 on overflow. */
 int moe_size_mul(size_t a, size_t b, size_t *out);
 

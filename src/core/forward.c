@@ -41,7 +41,7 @@ int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C)
 
 /* Allocates every tape buffer the forward writes (before anything is written): the routing buffers,
  * and the expert rows and expert block as far as the dispatcher knows their size up front. */
-static int32_t reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e)
+int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e)
 {
     moe_step_tape *tp = &step->tape;
     size_t es = L->ops->elem_size;
@@ -138,7 +138,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     step->state = MOE_STEP_STATE_EMPTY;
     step->T = T;
     step->stream = e->stream;
-    TRY(reserve_forward(L, step, T, e));
+    TRY(moe_layer_reserve_forward(L, step, T, e));
 
     /* the input in the compute dtype, kept for backward (the host's x is only borrowed) */
     OP(convert, e, T * H, x, L->dtype, tp->xs.p, cdt); /* a copy when the dtypes match */

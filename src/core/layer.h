@@ -54,6 +54,7 @@ struct moe_layer {
     int32_t expert_first; /* global index of the first local expert */
     int64_t F_local, F1_local; /* this ETP shard of F (F1_local = 2 F_local gated) */
     int32_t num_chunks;   /* overlap chunks of the all-to-all dispatcher (1 = none) */
+    struct moe_graph_cache *graphs; /* captured calls (core/graph.c); NULL until the first capture */
     moe_slot_info slot[MOE_PARAM_NUM_SLOTS];
     moe_buf param[MOE_PARAM_NUM_SLOTS];
     moe_buf grad[MOE_PARAM_NUM_SLOTS];
@@ -131,6 +132,9 @@ struct moe_step {
     moe_step_tape tape;
 };
 
+/* Allocates every tape buffer a forward of T tokens writes (forward.c; also called before a graph
+ * capture, so that the capture allocates nothing). */
+int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e);
 /* Static shapes (no host copy of routing results, graph-capturable): capacity with padding on one rank. */
 int moe_layer_static_shapes(const moe_layer *L);
 /* The one device-to-host copy of a step's plan offsets and stats; a no-op when already made. */

@@ -8,6 +8,7 @@
 
 #include "comm/comm.h"
 #include "core/layer.h"
+#include "core/graph.h"
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
 {
@@ -211,6 +212,7 @@ void moe_layer_release_ref(moe_layer *L)
 {
     if (atomic_fetch_sub(&L->refs, 1) != 1) return;
     moe_context *ctx = L->ctx;
+    moe_graph_cache_free(L);
     moe_layer_free_params(L);
     moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};
     for (int i = 0; i < 6; i++)

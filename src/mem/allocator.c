@@ -78,6 +78,11 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
     }
     size_t sz = round_up(bytes);
     void *p = NULL;
+    if (ctx->capturing) { /* a graph cannot own pool memory: the capture is abandoned (core/graph.c) */
+        ctx->capture_broken = 1;
+        moe_errorf(ctx, MOE_ERR_STATE, "allocation of %zu bytes during a graph capture", bytes);
+        return NULL;
+    }
     moe_exec ex = cur_exec(ctx);
     if (ctx->allocator.alloc) { /* the host's hook */
         p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id, ex.stream);
@@ -121,6 +126,21 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
     if (!ptr) return;
     if (bytes == 0) bytes = 1;
     size_t sz = round_up(bytes);
+    if (ctx->capturing) { /* no event may be recorded on a capturing stream: free after the capture */
+        if (ctx->deferred_count == ctx->deferred_cap) {
+            int32_t cap = ctx->deferred_cap ? 2 * ctx->deferred_cap : 16;
+            struct moe_deferred_free *d = realloc(ctx->deferred, (size_t)cap * sizeof *d);
+            if (!d) { /* cannot defer: the capture is abandoned and the block leaks to nobody */
+                ctx->capture_broken = 1;
+                return;
+            }
+            ctx->deferred = d;
+            ctx->deferred_cap = cap;
+        }
+        ctx->deferred[ctx->deferred_count++] = (struct moe_deferred_free){ptr, bytes, category};
+        ctx->capture_broken = 1;
+        return;
+    }
     charge(ctx, category, -(int64_t)sz);
     moe_exec ex = cur_exec(ctx);
     if (ctx->allocator.free) { /* alloc and free are set together (checked at context creation) */
@@ -141,6 +161,13 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
         return;
     }
     ctx->backend->mem_free(&ex, ptr, sz); /* the backend frees in stream order */
+}
+
+void moe_mem_flush_deferred(moe_context *ctx)
+{
+    for (int32_t i = 0; i < ctx->deferred_count; i++)
+        moe_mem_free(ctx, ctx->deferred[i].ptr, ctx->deferred[i].bytes, ctx->deferred[i].category);
+    ctx->deferred_count = 0;
 }
 
 void moe_mem_trim(moe_context *ctx)

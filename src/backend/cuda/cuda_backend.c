@@ -227,6 +227,36 @@ static int32_t cuda_stream_sync(const moe_exec *ex)
     return moe_cuda_check(cudaStreamSynchronize(stream_of(ex)), "cudaStreamSynchronize");
 }
 
+/* ---------------------------------------------------------------- graphs */
+static int32_t cuda_graph_begin(const moe_exec *ex)
+{
+    return moe_cuda_check(cudaStreamBeginCapture(stream_of(ex), cudaStreamCaptureModeThreadLocal),
+                          "cudaStreamBeginCapture");
+}
+
+static int32_t cuda_graph_end(const moe_exec *ex, void **graph)
+{
+    cudaGraph_t g = NULL;
+    *graph = NULL;
+    int32_t st = moe_cuda_check(cudaStreamEndCapture(stream_of(ex), &g), "cudaStreamEndCapture");
+    if (st || !g) return st ? st : MOE_ERR_BACKEND;
+    cudaGraphExec_t x = NULL;
+    st = moe_cuda_check(cudaGraphInstantiate(&x, g, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(g);
+    if (!st) *graph = x;
+    return st;
+}
+
+static int32_t cuda_graph_launch(const moe_exec *ex, void *graph)
+{
+    return moe_cuda_check(cudaGraphLaunch((cudaGraphExec_t)graph, stream_of(ex)), "cudaGraphLaunch");
+}
+
+static void cuda_graph_destroy(void *graph)
+{
+    if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 const moe_backend moe_backend_cuda = {
     .name = "cuda",
     .device_type = MOE_DEVICE_CUDA,
@@ -251,4 +281,8 @@ const moe_backend moe_backend_cuda = {
     .event_sync = cuda_event_sync,
     .stream_wait_event = cuda_stream_wait_event,
     .stream_sync = cuda_stream_sync,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };
