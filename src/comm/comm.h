@@ -60,6 +60,15 @@ struct moe_comm {
     void *impl;
 };
 
+/* Collectives whose buffers are HOST memory (counts, metadata): direct on host comms, staged through
+ * device memory of the comm's context on device comms (comm_host_buffers.c). */
+int moe_comm_wants_device_buffers(const moe_comm *c);
+int32_t moe_comm_all_to_all_v_host(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                   const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                   const int64_t *recv_offsets, const moe_exec *ex);
+int32_t moe_comm_all_gather_v_host(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
+                                   const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex);
+
 /* Allocates a comm shell (refs = 1, retains ctx). */
 moe_comm *moe_comm_alloc(moe_context *ctx, const moe_comm_ops *ops, int32_t kind, int32_t rank, int32_t size,
                          int32_t timeout_ms);

@@ -126,7 +126,8 @@ static int32_t gather2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m,
         }
         for (int64_t p = 0; p < P; p++) m->cnt[p] = m->src[q_me * P + p];
         prefix(P, m->cnt, m->off);
-        int32_t st = ep->ops->all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off, e);
+        int32_t st = host ? moe_comm_all_gather_v_host(ep, send, blk_bytes, dst, m->cnt, m->off, e)
+                          : ep->ops->all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, ep);
         blk = dst;
         blk_bytes = total;
@@ -134,7 +135,8 @@ static int32_t gather2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m,
     if (etp) {
         for (int64_t q = 0; q < Q; q++) m->cnt[q] = block_sum(L, m->src, q);
         prefix(Q, m->cnt, m->off);
-        int32_t st = etp->ops->all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off, e);
+        int32_t st = host ? moe_comm_all_gather_v_host(etp, blk, blk_bytes, out, m->cnt, m->off, e)
+                          : etp->ops->all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, etp);
     } else if (!ep && blk_bytes > 0) { /* a group of one */
         if (host) {

@@ -172,7 +172,7 @@ static int32_t setup(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *v)
             v->so[p] = v->ro[p] = (int64_t)p * El * (int64_t)sizeof(int64_t);
         }
         moe_comm *c = L->ep_comm;
-        TRY(c->ops->all_to_all_v(c, v->cnt, v->sb, v->so, v->rc, v->rb, v->ro, e));
+        TRY(moe_comm_all_to_all_v_host(c, v->cnt, v->sb, v->so, v->rc, v->rb, v->ro, e));
     } else {
         for (int32_t j = 0; j < El; j++) v->rc[j] = v->cnt[j]; /* host counts */
     }
@@ -218,7 +218,7 @@ static int32_t setup(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *v)
             v->ro[q] = (int64_t)q * gl * (int64_t)sizeof(int64_t);
         }
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->all_gather_v(c, v->mine, gl * (int64_t)sizeof(int64_t), v->gc, v->rb, v->ro, e));
+        TRY(moe_comm_all_gather_v_host(c, v->mine, gl * (int64_t)sizeof(int64_t), v->gc, v->rb, v->ro, e));
         int64_t Rx = 0;
         for (int32_t q = 0; q < Q; q++) {
             const int64_t *g = v->gc + (int64_t)q * gl;

@@ -127,7 +127,7 @@ static int32_t exchange_counts(moe_layer *L, moe_step *s, const moe_exec *e, ck_
             m->so[p] = m->ro[p] = p * blk;
         }
         moe_comm *c = L->ep_comm;
-        TRY(c->ops->all_to_all_v(c, m->cnt, m->sb, m->so, m->mine + 2, m->rb, m->ro, e));
+        TRY(moe_comm_all_to_all_v_host(c, m->cnt, m->sb, m->so, m->mine + 2, m->rb, m->ro, e));
     } else {
         for (int64_t j = 0; j < El; j++) m->mine[2 + j] = m->cnt[j]; /* host counts */
     }
@@ -137,7 +137,7 @@ static int32_t exchange_counts(moe_layer *L, moe_step *s, const moe_exec *e, ck_
             m->ro[q] = q * m->rb[q];
         }
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->all_gather_v(c, m->mine, gl * (int64_t)sizeof(int64_t), m->gc, m->rb, m->ro, e));
+        TRY(moe_comm_all_gather_v_host(c, m->mine, gl * (int64_t)sizeof(int64_t), m->gc, m->rb, m->ro, e));
         for (int64_t q = 0; q < Q; q++) {
             const int64_t *g = m->gc + q * gl;
             if (g[0] != L->expert_first || g[1] != P)
