@@ -74,7 +74,7 @@ template <> struct act_of<MOE_ACT_SILU> {
 
 /* ---- forward: h[r, f] = p[r] * act(z[r, :])[f] over the n*F elements of h ----------------------- */
 /* I: the index type of the row/column split (32-bit division when n*F fits). */
-template <int K, class I> __global__ void __launch_bounds__(THREADS) act_fwd_kernel(int64_t total, I F, const float *z, const float *p, float *h)
+template <int K, class I> __global__ void act_fwd_kernel(int64_t total, I F, const float *z, const float *p, float *h)
 {
     using A = act_of<K>;
     for (int64_t i = gtid(); i < total; i += gstride()) {
@@ -93,7 +93,7 @@ template <int K, class I> __global__ void __launch_bounds__(THREADS) act_fwd_ker
 /* Gated: a = act(g) u; dp = sum a dh; da = p dh; dg = act'(g) u da; du = act(g) da.
  * Plain: dp = sum act(z) dh; dz = act'(z) p dh. DP = false: dp not wanted (no reduction). */
 template <int K, bool DP>
-__global__ void __launch_bounds__(THREADS) act_bwd_kernel(int64_t n, int64_t F, const float *z, const float *p, const float *dh, float *dz, float *dp)
+__global__ void act_bwd_kernel(int64_t n, int64_t F, const float *z, const float *p, const float *dh, float *dz, float *dp)
 {
     using A = act_of<K>;
     const int64_t F1 = A::gated ? 2 * F : F;

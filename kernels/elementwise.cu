@@ -148,7 +148,7 @@ template <class T> struct cv_copy {
     static __device__ __forceinline__ D op(S v) { return v; }
 };
 
-template <class C> __global__ void __launch_bounds__(THREADS) convert_kernel(int64_t n, const typename C::S *src, typename C::D *dst)
+template <class C> __global__ void convert_kernel(int64_t n, const typename C::S *src, typename C::D *dst)
 {
     for (int64_t i = gtid(); i < n; i += gstride()) dst[i] = C::op(src[i]);
 }
@@ -186,7 +186,7 @@ static int32_t convert(const moe_exec *ex, int64_t n, const void *src, int32_t s
 
 /* ---- sigmoid_fwd / sigmoid_bwd ------------------------------------------------------------------ */
 /* y = sigma(x) in the form that never overflows exp (the CPU's); y may be x. */
-__global__ void __launch_bounds__(THREADS) sigmoid_fwd_kernel(int64_t n, const float *x, float *y)
+__global__ void sigmoid_fwd_kernel(int64_t n, const float *x, float *y)
 {
     for (int64_t i = gtid(); i < n; i += gstride()) {
         const float v = x[i];
@@ -203,7 +203,7 @@ static int32_t sigmoid_fwd(const moe_exec *ex, int64_t n, const void *x, void *y
 }
 
 /* dx = dy * (y * (1 - y)); dx may be dy. */
-__global__ void __launch_bounds__(THREADS) sigmoid_bwd_kernel(int64_t n, const float *y, const float *dy, float *dx)
+__global__ void sigmoid_bwd_kernel(int64_t n, const float *y, const float *dy, float *dx)
 {
     for (int64_t i = gtid(); i < n; i += gstride()) {
         const float v = y[i];
@@ -223,7 +223,7 @@ static int32_t sigmoid_bwd(const moe_exec *ex, int64_t n, const void *y, const v
 
 /* ---- scale_rows: dst[r, :] = p[r] * src[r, :] (dst may be src) ----------------------------------- */
 /* I: the index type of the row split (32-bit division when R*H fits). */
-template <class I> __global__ void __launch_bounds__(THREADS) scale_rows_kernel(int64_t total, I H, const float *p, const float *src, float *dst)
+template <class I> __global__ void scale_rows_kernel(int64_t total, I H, const float *p, const float *src, float *dst)
 {
     for (int64_t i = gtid(); i < total; i += gstride()) dst[i] = p[(I)i / H] * src[i];
 }
@@ -247,7 +247,7 @@ static int32_t scale_rows(const moe_exec *ex, int64_t R, int64_t H, const void *
 /* ---- row_dots: out[r] = <a[r, :], b[r, :]>, summed in double --------------------------------------- */
 /* One warp per row: lane l sums columns l, l + 32, ... in order (products of floats are exact in
  * double), then the warp adds the 32 partial sums in a fixed butterfly: deterministic. */
-__global__ void __launch_bounds__(THREADS) row_dots_kernel(int64_t R, int64_t H, const float *a, const float *b, float *out)
+__global__ void row_dots_kernel(int64_t R, int64_t H, const float *a, const float *b, float *out)
 {
     const int lane = threadIdx.x & 31;
     for (int64_t r = gtid() >> 5; r < R; r += gstride() >> 5) { /* uniform over the warp */
@@ -273,7 +273,7 @@ static int32_t row_dots(const moe_exec *ex, int64_t R, int64_t H, const void *a,
 }
 
 /* ---- index_narrow: dst[i] = (int32) src[i] -------------------------------------------------------- */
-template <class S> __global__ void __launch_bounds__(THREADS) index_narrow_kernel(int64_t n, const S *src, int32_t *dst)
+template <class S> __global__ void index_narrow_kernel(int64_t n, const S *src, int32_t *dst)
 {
     for (int64_t i = gtid(); i < n; i += gstride()) dst[i] = (int32_t)src[i];
 }
@@ -316,13 +316,13 @@ template <> struct fin<MOE_DTYPE_FP64> {
     static __device__ __forceinline__ bool bad4(uint4 v) { return badhi(v.y) | badhi(v.w); }
 };
 
-__global__ void __launch_bounds__(32) set_flag_kernel(int32_t *ok, int32_t v)
+__global__ void set_flag_kernel(int32_t *ok, int32_t v)
 {
     if (threadIdx.x == 0) *ok = v;
 }
 
 /* x: n elements; the first nvec * 16 bytes are read as uint4 (nvec = 0 when x is not aligned). */
-template <int DT> __global__ void __launch_bounds__(THREADS) all_finite_kernel(int64_t n, int64_t nvec, const void *x, int32_t *ok)
+template <int DT> __global__ void all_finite_kernel(int64_t n, int64_t nvec, const void *x, int32_t *ok)
 {
     typedef typename fin<DT>::E E;
     const int64_t per = 16 / (int64_t)sizeof(E);

@@ -20,6 +20,14 @@ namespace {
 
 constexpr int ROWS_PER_BLOCK = THREADS / 32;
 
+/* #pragma unroll n for nvcc (the host compiler of the simulator warns about it) */
+#ifdef MOE_SIM
+#define KUNROLL(n)
+#else
+#define KUNROLL_(x) _Pragma(#x)
+#define KUNROLL(n) KUNROLL_(unroll n)
+#endif
+
 /* ---- copying one row part with the lanes of a warp ------------------------------------------------ */
 /* d and s have the same address modulo sizeof(U). */
 template <class U> __device__ __forceinline__ void copy_units(char *d, const char *s, size_t bytes, int lane)
@@ -88,52 +96,64 @@ unsigned rows_grid(int64_t n) { return grid_for(n, ROWS_PER_BLOCK); }
 
 /* ---- the four row moves (a part of ab bytes, b part of bb bytes when b is given) ------------------ */
 /* a row i, b row i <- src row map[i] (or i), relocated by the alias; rb = ab + (b ? bb : 0). */
-__global__ void __launch_bounds__(THREADS) gather_split_kernel(int64_t n, const int64_t *map, const char *src, alias_v al, char *a, size_t ab,
+__global__ void gather_split_kernel(int64_t n, const int64_t *map, const char *src, alias_v al, char *a, size_t ab,
                                     char *b, size_t bb, size_t rb)
 {
     const int lane = lane_id();
     for (int64_t i = gwarp(); i < n; i += gwarps()) {
         const char *r = row_at((char *)src, al, map ? map[i] : i, rb);
-        if (ab) copy_row(a + (size_t)i * ab, r, ab, lane);
-        if (b && bb) copy_row(b + (size_t)i * bb, r + ab, bb, lane);
+        KUNROLL(1)
+        for (int part = 0; part < 2; part++) { /* one copy loop in the code, not two */
+            const size_t bytes = part ? (b ? bb : 0) : ab;
+            if (bytes) copy_row(part ? b + (size_t)i * bb : a + (size_t)i * ab, part ? r + ab : r, bytes, lane);
+        }
     }
 }
 
 /* dst row map[i] (or i), relocated by the alias <- [a row i | b row i]. */
-__global__ void __launch_bounds__(THREADS) scatter_join_kernel(int64_t n, const int64_t *map, char *dst, alias_v al, const char *a, size_t ab,
+__global__ void scatter_join_kernel(int64_t n, const int64_t *map, char *dst, alias_v al, const char *a, size_t ab,
                                     const char *b, size_t bb, size_t rb)
 {
     const int lane = lane_id();
     for (int64_t i = gwarp(); i < n; i += gwarps()) {
         char *r = row_at(dst, al, map ? map[i] : i, rb);
-        if (ab) copy_row(r, a + (size_t)i * ab, ab, lane);
-        if (b && bb) copy_row(r + ab, b + (size_t)i * bb, bb, lane);
+        KUNROLL(1)
+        for (int part = 0; part < 2; part++) {
+            const size_t bytes = part ? (b ? bb : 0) : ab;
+            if (bytes) copy_row(part ? r + ab : r, part ? b + (size_t)i * bb : a + (size_t)i * ab, bytes, lane);
+        }
     }
 }
 
 /* a row map[i], b row map[i] <- the parts of src row i. */
-__global__ void __launch_bounds__(THREADS) scatter_split_kernel(int64_t n, const int64_t *map, const char *src, char *a, size_t ab, char *b,
+__global__ void scatter_split_kernel(int64_t n, const int64_t *map, const char *src, char *a, size_t ab, char *b,
                                      size_t bb, size_t rb)
 {
     const int lane = lane_id();
     for (int64_t i = gwarp(); i < n; i += gwarps()) {
         const char *r = src + (size_t)i * rb;
         const size_t m = (size_t)map[i];
-        if (ab) copy_row(a + m * ab, r, ab, lane);
-        if (b && bb) copy_row(b + m * bb, r + ab, bb, lane);
+        KUNROLL(1)
+        for (int part = 0; part < 2; part++) {
+            const size_t bytes = part ? (b ? bb : 0) : ab;
+            if (bytes) copy_row(part ? b + m * bb : a + m * ab, part ? r + ab : r, bytes, lane);
+        }
     }
 }
 
 /* dst row i <- [a row map[i] | b row map[i]]. */
-__global__ void __launch_bounds__(THREADS) gather_join_kernel(int64_t n, const int64_t *map, const char *a, size_t ab, const char *b, size_t bb,
+__global__ void gather_join_kernel(int64_t n, const int64_t *map, const char *a, size_t ab, const char *b, size_t bb,
                                    char *dst, size_t rb)
 {
     const int lane = lane_id();
     for (int64_t i = gwarp(); i < n; i += gwarps()) {
         char *r = dst + (size_t)i * rb;
         const size_t m = (size_t)map[i];
-        if (ab) copy_row(r, a + m * ab, ab, lane);
-        if (b && bb) copy_row(r + ab, b + m * bb, bb, lane);
+        KUNROLL(1)
+        for (int part = 0; part < 2; part++) {
+            const size_t bytes = part ? (b ? bb : 0) : ab;
+            if (bytes) copy_row(part ? r + ab : r, part ? b + m * bb : a + m * ab, bytes, lane);
+        }
     }
 }
 
@@ -193,7 +213,7 @@ int32_t rows_gather_join(const moe_exec *ex, int64_t n, const int64_t *map, cons
 }
 
 /* ---- rows_pack: dst row r <- [tok row row_token[r] (zeros when < 0) | extra row r], r in [r0, r1) -- */
-__global__ void __launch_bounds__(THREADS) rows_pack_kernel(int64_t r0, int64_t r1, const int64_t *row_token, const char *tok, size_t hb,
+__global__ void rows_pack_kernel(int64_t r0, int64_t r1, const int64_t *row_token, const char *tok, size_t hb,
                                  const char *extra, size_t eb, char *dst)
 {
     const int lane = lane_id();
@@ -201,11 +221,12 @@ __global__ void __launch_bounds__(THREADS) rows_pack_kernel(int64_t r0, int64_t 
     for (int64_t r = r0 + gwarp(); r < r1; r += gwarps()) {
         char *d = dst + (size_t)r * rb;
         const int64_t t = row_token[r];
-        if (hb) {
-            if (t >= 0) copy_row(d, tok + (size_t)t * hb, hb, lane);
-            else zero_row(d, hb, lane);
+        if (hb && t < 0) zero_row(d, hb, lane);
+        KUNROLL(1)
+        for (int part = t < 0; part < 2; part++) { /* the token part (when t >= 0), then the extra part */
+            const size_t bytes = part ? eb : hb;
+            if (bytes) copy_row(part ? d + hb : d, part ? extra + (size_t)r * eb : tok + (size_t)t * hb, bytes, lane);
         }
-        if (eb) copy_row(d + hb, extra + (size_t)r * eb, eb, lane);
     }
 }
 
@@ -237,18 +258,20 @@ struct geom {
 __device__ __forceinline__ int64_t strided_off(const geom &g, int nd, int64_t i)
 {
     int64_t off = 0;
-    for (int d = nd - 1; d > 0; d--) {
-        const int64_t q = i / g.shape[d];
-        off += (i - q * g.shape[d]) * g.stride[d];
-        i = q;
-    }
+    KUNROLL(3)
+    for (int d = 3; d > 0; d--) /* constant indices: the geometry stays in parameter space */
+        if (d < nd) {
+            const int64_t q = i / g.shape[d];
+            off += (i - q * g.shape[d]) * g.stride[d];
+            i = q;
+        }
     return nd > 0 ? off + i * g.stride[0] : 0;
 }
 
 /* Element-wise: one thread per element, elem bytes moved in units U (elem and both base addresses
  * are multiples of sizeof(U), so every element is). */
 template <class U>
-__global__ void __launch_bounds__(THREADS) strided_elems_kernel(geom g, int64_t n, size_t elem, char *strided, char *compact, int to_compact)
+__global__ void strided_elems_kernel(geom g, int64_t n, size_t elem, char *strided, char *compact, int to_compact)
 {
     const size_t nu = elem / sizeof(U);
     for (int64_t i = gtid(); i < n; i += gstride()) {
@@ -262,12 +285,12 @@ __global__ void __launch_bounds__(THREADS) strided_elems_kernel(geom g, int64_t 
 }
 
 /* Runs of the innermost dimension (stride 1): one warp per piece of a run, pieces of `piece`
- * elements (the last piece of a run may be shorter); run = g.shape[nd - 1] elements. */
-__global__ void __launch_bounds__(THREADS) strided_runs_kernel(geom g, int64_t units, int64_t pieces, int64_t piece, size_t elem, char *strided,
-                                    char *compact, int to_compact)
+ * elements (the last piece of a run may be shorter); run = g.shape[nd - 1] elements (passed apart:
+ * a constant index keeps g out of local memory). */
+__global__ void strided_runs_kernel(geom g, int64_t run, int64_t units, int64_t pieces, int64_t piece, size_t elem,
+                                    char *strided, char *compact, int to_compact)
 {
     const int lane = lane_id();
-    const int64_t run = g.shape[g.nd - 1];
     for (int64_t u = gwarp(); u < units; u += gwarps()) {
         const int64_t row = u / pieces, start = (u - row * pieces) * piece;
         const int64_t len = run - start < piece ? run - start : piece;
@@ -323,8 +346,8 @@ int32_t strided_copy(const moe_exec *ex, int32_t ndim, const int64_t *shape, con
         if (piece < 1) piece = 1;
         if (piece > run) piece = run;
         const int64_t pieces = (run + piece - 1) / piece, units = rows * pieces;
-        return MOE_LAUNCH(strided_runs_kernel, grid_for(units, ROWS_PER_BLOCK), THREADS, ex->stream, g, units, pieces,
-                          piece, elem, sp, cp, tc);
+        return MOE_LAUNCH(strided_runs_kernel, grid_for(units, ROWS_PER_BLOCK), THREADS, ex->stream, g, run, units,
+                          pieces, piece, elem, sp, cp, tc);
     }
     /* the widest unit dividing the element size and both base addresses */
     const uintptr_t al = (uintptr_t)elem | (uintptr_t)sp | (uintptr_t)cp;
