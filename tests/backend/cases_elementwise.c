@@ -165,6 +165,7 @@ static void convert_case(hx_suite *s, int32_t dt, int32_t src, int32_t dst, int6
     hx_buf_nan_ok(c, CV_DST);          /* NaN stays NaN */
     hx_buf_prec(c, CV_DST, storage_type(dst));
     hx_buf_atol(c, CV_DST, 0);         /* element-wise rounding: relative to each element only */
+    hx_buf_exact(c, CV_DST);
     free(v), free(sv);
 }
 
