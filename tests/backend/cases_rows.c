@@ -213,9 +213,13 @@ void hx_cases_rows(hx_suite *s, int32_t dt)
     pack_case(s, dt, 0, 2100, 500, 128, 4);
 
     /* strided_copy: compact, transposed, gaps in every dimension, 1 to 4 dimensions, a scalar, an
-     * empty extent; elements of 2, 4 and 8 bytes; both directions */
+     * empty extent; elements of 2, 3, 4, 8 and 16 bytes; both directions */
     const int64_t s2[2] = {33, 17}, t2[2] = {5, 7}, t2s[2] = {1, 5}, s3[3] = {3, 4, 5}, s3s[3] = {40, 10, 2};
     const int64_t s4[4] = {2, 3, 2, 5}, s4s[4] = {90, 30, 12, 1}, s1[1] = {127}, s1s[1] = {3}, e3[3] = {4, 0, 3};
+    /* long contiguous runs with gaps between them (a device splits a run into pieces), runs inside
+     * two outer dimensions, odd and 16-byte elements */
+    const int64_t l2[2] = {3, 2500}, l2s[2] = {2600, 1}, r3[3] = {2, 3, 40}, r3s[3] = {150, 45, 1};
+    const int64_t o2[2] = {4, 6}, o2s[2] = {1, 4}, w2[2] = {5, 3}, w2s[2] = {4, 1};
     for (int tc = 0; tc < 2; tc++) {
         strided_case(s, dt, 2, s2, NULL, 4, tc);
         strided_case(s, dt, 2, t2, t2s, 8, tc);
@@ -224,5 +228,11 @@ void hx_cases_rows(hx_suite *s, int32_t dt)
         strided_case(s, dt, 1, s1, s1s, 8, tc);
         strided_case(s, dt, 0, s1, NULL, 4, tc);
         strided_case(s, dt, 3, e3, NULL, 4, tc);
+    }
+    for (int tc = 0; tc < 2; tc++) {
+        strided_case(s, dt, 2, l2, l2s, 4, tc);
+        strided_case(s, dt, 3, r3, r3s, 2, tc);
+        strided_case(s, dt, 2, o2, o2s, 3, tc);
+        strided_case(s, dt, 2, w2, w2s, 16, tc);
     }
 }
