@@ -7,6 +7,7 @@
  * write start random and must come back unchanged. Row sizes include odd byte counts, and one case
  * per op is large enough (> 256 KiB) for the CPU backend's threaded path.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +188,17 @@ static void strided_case(hx_suite *s, int32_t dt, int32_t ndim, const int64_t *s
     else bytes_slot(c, SC_COMPACT, "compact", HX_IN, (size_t)n * elem);
 }
 
+/* The case just added gets an invalid host argument (set by the caller through the returned args):
+ * both backends must refuse it with MOE_ERR_INVALID_ARGUMENT. */
+static void *refused(hx_suite *s, const char *why)
+{
+    hx_case *c = &s->cases[s->n - 1];
+    c->expect = MOE_ERR_INVALID_ARGUMENT;
+    const size_t len = strlen(c->shape);
+    snprintf(c->shape + len, sizeof c->shape - len, " [%s]", why);
+    return c->args;
+}
+
 void hx_cases_rows(hx_suite *s, int32_t dt)
 {
     /* each move: maps (repeats for gathers, injective for scatters) or none, rows of 132+4 and odd
@@ -235,4 +247,23 @@ void hx_cases_rows(hx_suite *s, int32_t dt)
         strided_case(s, dt, 2, o2, o2s, 3, tc);
         strided_case(s, dt, 2, w2, w2s, 16, tc);
     }
+
+    /* invalid host arguments, refused by both backends: a negative count, a missing map where one
+     * is required, an empty range reversed, a bad geometry */
+    rows_case(s, dt, GATHER_SPLIT, 2, 4, 1, 16, 4, 1, 0, 0);
+    ((rows_args *)refused(s, "n -1"))->n = -1;
+    rows_case(s, dt, SCATTER_SPLIT, 3, 3, 0, 16, 4, 1, 0, 0);
+    refused(s, "map NULL");
+    rows_case(s, dt, GATHER_JOIN, 3, 3, 0, 16, 4, 1, 0, 0);
+    refused(s, "map NULL");
+    pack_case(s, dt, 2, 4, 3, 16, 4);
+    ((rows_args *)refused(s, "r1 < r0"))->r1 = 1;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "ndim 5"))->ndim = 5;
+    strided_case(s, dt, 2, s2, NULL, 4, 0);
+    ((strided_args *)refused(s, "shape[1] -1"))->shape[1] = -1;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "elem 0"))->elem = 0;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "to_compact 2"))->to_compact = 2;
 }
