@@ -93,7 +93,8 @@ template <int K, class I> __global__ void act_fwd_kernel(int64_t total, I F, con
 /* Gated: a = act(g) u; dp = sum a dh; da = p dh; dg = act'(g) u da; du = act(g) da.
  * Plain: dp = sum act(z) dh; dz = act'(z) p dh. DP = false: dp not wanted (no reduction). */
 template <int K, bool DP>
-__global__ void act_bwd_kernel(int64_t n, int64_t F, const float *z, const float *p, const float *dh, float *dz, float *dp)
+__global__ void act_bwd_kernel(int64_t n, int64_t F, const float *z, const float *p, const float *dh, float *dz,
+                               float *dp)
 {
     using A = act_of<K>;
     const int64_t F1 = A::gated ? 2 * F : F;
@@ -129,17 +130,19 @@ int bwd_threads(int64_t F) { return F >= THREADS ? THREADS : F <= 32 ? 32 : (int
 /* Blocks of a block-per-row launch over n >= 1 rows. */
 unsigned row_grid(int64_t n) { return (unsigned)(n < 65536 ? n : 65536); }
 
-template <int K> int32_t act_fwd_launch(const moe_exec *ex, int64_t n, int64_t F, const float *z, const float *p, float *h)
+template <int K>
+int32_t act_fwd_launch(const moe_exec *ex, int64_t n, int64_t F, const float *z, const float *p, float *h)
 {
     const int64_t total = n * F;
     if (total <= (int64_t)UINT32_MAX)
-        return MOE_LAUNCH((act_fwd_kernel<K, uint32_t>), grid_for(total), THREADS, ex->stream, total, (uint32_t)F, z, p, h);
+        return MOE_LAUNCH((act_fwd_kernel<K, uint32_t>), grid_for(total), THREADS, ex->stream, total, (uint32_t)F, z, p,
+                          h);
     return MOE_LAUNCH((act_fwd_kernel<K, int64_t>), grid_for(total), THREADS, ex->stream, total, F, z, p, h);
 }
 
 template <int K>
-int32_t act_bwd_launch(const moe_exec *ex, int64_t n, int64_t F, const float *z, const float *p, const float *dh, float *dz,
-                       float *dp)
+int32_t act_bwd_launch(const moe_exec *ex, int64_t n, int64_t F, const float *z, const float *p, const float *dh,
+                       float *dz, float *dp)
 {
     if (dp)
         return MOE_LAUNCH((act_bwd_kernel<K, true>), row_grid(n), bwd_threads(F), ex->stream, n, F, z, p, dh, dz, dp);
@@ -164,8 +167,8 @@ int32_t act_fwd(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, co
     }
 }
 
-int32_t act_bwd(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z, const void *p, const void *dh,
-                void *dz, void *dp)
+int32_t act_bwd(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z, const void *p,
+                const void *dh, void *dz, void *dp)
 {
     if (!ex || !valid_kind(activation) || n < 0 || F < 0)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "act_bwd: ex = %p, activation = %d, n = %lld, F = %lld",

@@ -196,7 +196,9 @@ __global__ void sigmoid_fwd_kernel(int64_t n, const float *x, float *y)
 
 static int32_t sigmoid_fwd(const moe_exec *ex, int64_t n, const void *x, void *y)
 {
-    if (!ex || n < 0) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_fwd: ex = %p, n = %lld", (const void *)ex, (long long)n);
+    if (!ex || n < 0)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_fwd: ex = %p, n = %lld", (const void *)ex,
+                          (long long)n);
     if (n == 0) return MOE_OK;
     if (!x || !y) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_fwd: x = %p, y = %p", x, y);
     return MOE_LAUNCH(sigmoid_fwd_kernel, grid_for(n), THREADS, ex->stream, n, (const float *)x, (float *)y);
@@ -213,7 +215,9 @@ __global__ void sigmoid_bwd_kernel(int64_t n, const float *y, const float *dy, f
 
 static int32_t sigmoid_bwd(const moe_exec *ex, int64_t n, const void *y, const void *dy, void *dx)
 {
-    if (!ex || n < 0) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_bwd: ex = %p, n = %lld", (const void *)ex, (long long)n);
+    if (!ex || n < 0)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_bwd: ex = %p, n = %lld", (const void *)ex,
+                          (long long)n);
     if (n == 0) return MOE_OK;
     if (!y || !dy || !dx)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "sigmoid_bwd: y = %p, dy = %p, dx = %p", y, dy, dx);
@@ -281,8 +285,8 @@ template <class S> __global__ void index_narrow_kernel(int64_t n, const S *src, 
 static int32_t index_narrow(const moe_exec *ex, int64_t n, const void *src, int32_t bits, int32_t *dst)
 {
     if (!ex || n < 0 || (bits != 32 && bits != 64))
-        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "index_narrow: ex = %p, n = %lld, bits = %d", (const void *)ex,
-                          (long long)n, (int)bits);
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "index_narrow: ex = %p, n = %lld, bits = %d",
+                          (const void *)ex, (long long)n, (int)bits);
     if (n == 0) return MOE_OK;
     if (!src || !dst)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "index_narrow: src = %p, dst = %p", src, (void *)dst);
@@ -305,7 +309,10 @@ template <> struct fin<MOE_DTYPE_FP32> {
 template <> struct fin<MOE_DTYPE_BF16> {
     typedef uint16_t E;
     static __device__ __forceinline__ bool bad(E u) { return (u & 0x7F80u) == 0x7F80u; }
-    static __device__ __forceinline__ bool bad2(uint32_t w) { return (w & 0x7F80u) == 0x7F80u || (w & 0x7F800000u) == 0x7F800000u; }
+    static __device__ __forceinline__ bool bad2(uint32_t w)
+    {
+        return (w & 0x7F80u) == 0x7F80u || (w & 0x7F800000u) == 0x7F800000u;
+    }
     static __device__ __forceinline__ bool bad4(uint4 v) { return bad2(v.x) | bad2(v.y) | bad2(v.z) | bad2(v.w); }
 };
 template <> struct fin<MOE_DTYPE_FP64> {

@@ -162,16 +162,16 @@ int32_t bad_arg(const char *op, const char *what, int64_t n, const void *p)
     return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: %s (n = %lld, pointer = %p)", op, what, (long long)n, p);
 }
 
-int32_t rows_gather_split(const moe_exec *ex, int64_t n, const int64_t *map, const void *src, const moe_row_alias *alias,
-                          void *a, size_t ab, void *b, size_t bb)
+int32_t rows_gather_split(const moe_exec *ex, int64_t n, const int64_t *map, const void *src,
+                          const moe_row_alias *alias, void *a, size_t ab, void *b, size_t bb)
 {
     if (!ex || n < 0) return bad_arg("rows_gather_split", "ex NULL or n < 0", n, ex);
     if (n == 0) return MOE_OK;
     if (!src) return bad_arg("rows_gather_split", "src is NULL", n, src);
     if (ab > 0 && !a) return bad_arg("rows_gather_split", "a is NULL with ab > 0", n, a);
     const size_t rb = ab + (b ? bb : 0);
-    return MOE_LAUNCH(gather_split_kernel, rows_grid(n), THREADS, ex->stream, n, map, (const char *)src, alias_of(alias),
-                      (char *)a, ab, (char *)b, bb, rb);
+    return MOE_LAUNCH(gather_split_kernel, rows_grid(n), THREADS, ex->stream, n, map, (const char *)src,
+                      alias_of(alias), (char *)a, ab, (char *)b, bb, rb);
 }
 
 int32_t rows_scatter_join(const moe_exec *ex, int64_t n, const int64_t *map, void *dst, const moe_row_alias *alias,
@@ -186,8 +186,8 @@ int32_t rows_scatter_join(const moe_exec *ex, int64_t n, const int64_t *map, voi
                       (const char *)a, ab, (const char *)b, bb, rb);
 }
 
-int32_t rows_scatter_split(const moe_exec *ex, int64_t n, const int64_t *map, const void *src, void *a, size_t ab, void *b,
-                           size_t bb)
+int32_t rows_scatter_split(const moe_exec *ex, int64_t n, const int64_t *map, const void *src, void *a, size_t ab,
+                           void *b, size_t bb)
 {
     if (!ex || n < 0) return bad_arg("rows_scatter_split", "ex NULL or n < 0", n, ex);
     if (n == 0) return MOE_OK;
@@ -208,8 +208,8 @@ int32_t rows_gather_join(const moe_exec *ex, int64_t n, const int64_t *map, cons
     if (!dst) return bad_arg("rows_gather_join", "dst is NULL", n, dst);
     if (ab > 0 && !a) return bad_arg("rows_gather_join", "a is NULL with ab > 0", n, a);
     const size_t rb = ab + (b ? bb : 0);
-    return MOE_LAUNCH(gather_join_kernel, rows_grid(n), THREADS, ex->stream, n, map, (const char *)a, ab, (const char *)b,
-                      bb, (char *)dst, rb);
+    return MOE_LAUNCH(gather_join_kernel, rows_grid(n), THREADS, ex->stream, n, map, (const char *)a, ab,
+                      (const char *)b, bb, (char *)dst, rb);
 }
 
 /* ---- rows_pack: dst row r <- [tok row row_token[r] (zeros when < 0) | extra row r], r in [r0, r1) -- */
@@ -241,8 +241,8 @@ int32_t rows_pack(const moe_exec *ex, int64_t r0, int64_t r1, const int64_t *row
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT,
                           "rows_pack: row_token = %p, dst = %p, tok = %p (hb = %zu), extra = %p (eb = %zu)",
                           (const void *)row_token, dst, tok, hb, extra, eb);
-    return MOE_LAUNCH(rows_pack_kernel, rows_grid(r1 - r0), THREADS, ex->stream, r0, r1, row_token, (const char *)tok, hb,
-                      (const char *)extra, eb, (char *)dst);
+    return MOE_LAUNCH(rows_pack_kernel, rows_grid(r1 - r0), THREADS, ex->stream, r0, r1, row_token, (const char *)tok,
+                      hb, (const char *)extra, eb, (char *)dst);
 }
 
 /* ---- strided_copy -------------------------------------------------------------------------------- */
@@ -316,7 +316,8 @@ int32_t strided_copy(const moe_exec *ex, int32_t ndim, const int64_t *shape, con
     int64_t n = 1, stride[4] = {0, 0, 0, 0}, s = 1;
     for (int32_t d = ndim - 1; d >= 0; d--) {
         if (shape[d] < 0)
-            return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "strided_copy: shape[%d] = %lld", (int)d, (long long)shape[d]);
+            return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "strided_copy: shape[%d] = %lld", (int)d,
+                              (long long)shape[d]);
         stride[d] = strides ? strides[d] : s;
         s *= shape[d];
         n *= shape[d];
@@ -352,10 +353,14 @@ int32_t strided_copy(const moe_exec *ex, int32_t ndim, const int64_t *shape, con
     /* the widest unit dividing the element size and both base addresses */
     const uintptr_t al = (uintptr_t)elem | (uintptr_t)sp | (uintptr_t)cp;
     const unsigned grid = grid_for(n);
-    if ((al & 15) == 0) return MOE_LAUNCH(strided_elems_kernel<uint4>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
-    if ((al & 7) == 0) return MOE_LAUNCH(strided_elems_kernel<uint2>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
-    if ((al & 3) == 0) return MOE_LAUNCH(strided_elems_kernel<uint32_t>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
-    if ((al & 1) == 0) return MOE_LAUNCH(strided_elems_kernel<uint16_t>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
+    if ((al & 15) == 0)
+        return MOE_LAUNCH(strided_elems_kernel<uint4>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
+    if ((al & 7) == 0)
+        return MOE_LAUNCH(strided_elems_kernel<uint2>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
+    if ((al & 3) == 0)
+        return MOE_LAUNCH(strided_elems_kernel<uint32_t>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
+    if ((al & 1) == 0)
+        return MOE_LAUNCH(strided_elems_kernel<uint16_t>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
     return MOE_LAUNCH(strided_elems_kernel<uint8_t>, grid, THREADS, ex->stream, g, n, elem, sp, cp, tc);
 }
 
