@@ -10,6 +10,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,7 @@ static void convert_case(hx_suite *s, int32_t dt, int32_t src, int32_t dst, int6
     hx_buf_nan_ok(c, CV_DST);          /* NaN stays NaN */
     hx_buf_prec(c, CV_DST, storage_type(dst));
     hx_buf_atol(c, CV_DST, 0);         /* element-wise rounding: relative to each element only */
+    hx_buf_exact(c, CV_DST);
     free(v), free(sv);
 }
 
@@ -359,6 +361,17 @@ static void all_finite_case(hx_suite *s, int32_t dt, int32_t dtype, int64_t n, i
     free(v), free(sv);
 }
 
+/* The case just added gets an invalid host argument (set by the caller through the returned args):
+ * both backends must refuse it with MOE_ERR_INVALID_ARGUMENT. */
+static void *refused(hx_suite *s, const char *why)
+{
+    hx_case *c = &s->cases[s->n - 1];
+    c->expect = MOE_ERR_INVALID_ARGUMENT;
+    const size_t len = strlen(c->shape);
+    snprintf(c->shape + len, sizeof c->shape - len, " [%s]", why);
+    return c->args;
+}
+
 void hx_cases_elementwise(hx_suite *s, int32_t dt)
 {
     /* activations: every kind with p, dp; no p / no dp; n = 0, F = 0 (dp = 0 is still written);
@@ -436,4 +449,24 @@ void hx_cases_elementwise(hx_suite *s, int32_t dt)
         all_finite_case(s, dt, dts[i], 1, -1, 0);
         all_finite_case(s, dt, dts[i], 0, -1, 0);
     }
+
+    /* invalid host arguments, refused by both backends */
+    act_case(s, dt, 0, MOE_ACT_SILU, 2, 3, 1, 0);
+    ((act_args *)refused(s, "activation 5"))->act = 5;
+    act_case(s, dt, 1, MOE_ACT_SWIGLU, 2, 3, 1, 1);
+    ((act_args *)refused(s, "n -1"))->n = -1;
+    act_case(s, dt, 1, MOE_ACT_GELU, 2, 3, 1, 1);
+    ((act_args *)refused(s, "F -1"))->F = -1;
+    convert_case(s, dt, MOE_DTYPE_FP32, MOE_DTYPE_BF16, 4);
+    ((conv_args *)refused(s, "dst dtype 3"))->dst = 3;
+    sigmoid_fwd_case(s, dt, 4, 0);
+    ((ew_args *)refused(s, "n -1"))->n = -1;
+    scale_rows_case(s, dt, 2, 3, 0);
+    ((ew_args *)refused(s, "H -1"))->H = -1;
+    row_dots_case(s, dt, 2, 3);
+    ((ew_args *)refused(s, "R -1"))->R = -1;
+    index_narrow_case(s, dt, 4, 64);
+    ((ew_args *)refused(s, "bits 16"))->bits = 16;
+    all_finite_case(s, dt, MOE_DTYPE_FP32, 4, -1, 0);
+    ((ew_args *)refused(s, "dtype 3"))->dtype = 3;
 }

@@ -7,6 +7,7 @@
  * write start random and must come back unchanged. Row sizes include odd byte counts, and one case
  * per op is large enough (> 256 KiB) for the CPU backend's threaded path.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +188,17 @@ static void strided_case(hx_suite *s, int32_t dt, int32_t ndim, const int64_t *s
     else bytes_slot(c, SC_COMPACT, "compact", HX_IN, (size_t)n * elem);
 }
 
+/* The case just added gets an invalid host argument (set by the caller through the returned args):
+ * both backends must refuse it with MOE_ERR_INVALID_ARGUMENT. */
+static void *refused(hx_suite *s, const char *why)
+{
+    hx_case *c = &s->cases[s->n - 1];
+    c->expect = MOE_ERR_INVALID_ARGUMENT;
+    const size_t len = strlen(c->shape);
+    snprintf(c->shape + len, sizeof c->shape - len, " [%s]", why);
+    return c->args;
+}
+
 void hx_cases_rows(hx_suite *s, int32_t dt)
 {
     /* each move: maps (repeats for gathers, injective for scatters) or none, rows of 132+4 and odd
@@ -213,9 +225,13 @@ void hx_cases_rows(hx_suite *s, int32_t dt)
     pack_case(s, dt, 0, 2100, 500, 128, 4);
 
     /* strided_copy: compact, transposed, gaps in every dimension, 1 to 4 dimensions, a scalar, an
-     * empty extent; elements of 2, 4 and 8 bytes; both directions */
+     * empty extent; elements of 2, 3, 4, 8 and 16 bytes; both directions */
     const int64_t s2[2] = {33, 17}, t2[2] = {5, 7}, t2s[2] = {1, 5}, s3[3] = {3, 4, 5}, s3s[3] = {40, 10, 2};
     const int64_t s4[4] = {2, 3, 2, 5}, s4s[4] = {90, 30, 12, 1}, s1[1] = {127}, s1s[1] = {3}, e3[3] = {4, 0, 3};
+    /* long contiguous runs with gaps between them (a device splits a run into pieces), runs inside
+     * two outer dimensions, odd and 16-byte elements */
+    const int64_t l2[2] = {3, 2500}, l2s[2] = {2600, 1}, r3[3] = {2, 3, 40}, r3s[3] = {150, 45, 1};
+    const int64_t o2[2] = {4, 6}, o2s[2] = {1, 4}, w2[2] = {5, 3}, w2s[2] = {4, 1};
     for (int tc = 0; tc < 2; tc++) {
         strided_case(s, dt, 2, s2, NULL, 4, tc);
         strided_case(s, dt, 2, t2, t2s, 8, tc);
@@ -225,4 +241,29 @@ void hx_cases_rows(hx_suite *s, int32_t dt)
         strided_case(s, dt, 0, s1, NULL, 4, tc);
         strided_case(s, dt, 3, e3, NULL, 4, tc);
     }
+    for (int tc = 0; tc < 2; tc++) {
+        strided_case(s, dt, 2, l2, l2s, 4, tc);
+        strided_case(s, dt, 3, r3, r3s, 2, tc);
+        strided_case(s, dt, 2, o2, o2s, 3, tc);
+        strided_case(s, dt, 2, w2, w2s, 16, tc);
+    }
+
+    /* invalid host arguments, refused by both backends: a negative count, a missing map where one
+     * is required, an empty range reversed, a bad geometry */
+    rows_case(s, dt, GATHER_SPLIT, 2, 4, 1, 16, 4, 1, 0, 0);
+    ((rows_args *)refused(s, "n -1"))->n = -1;
+    rows_case(s, dt, SCATTER_SPLIT, 3, 3, 0, 16, 4, 1, 0, 0);
+    refused(s, "map NULL");
+    rows_case(s, dt, GATHER_JOIN, 3, 3, 0, 16, 4, 1, 0, 0);
+    refused(s, "map NULL");
+    pack_case(s, dt, 2, 4, 3, 16, 4);
+    ((rows_args *)refused(s, "r1 < r0"))->r1 = 1;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "ndim 5"))->ndim = 5;
+    strided_case(s, dt, 2, s2, NULL, 4, 0);
+    ((strided_args *)refused(s, "shape[1] -1"))->shape[1] = -1;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "elem 0"))->elem = 0;
+    strided_case(s, dt, 2, s2, NULL, 4, 1);
+    ((strided_args *)refused(s, "to_compact 2"))->to_compact = 2;
 }
