@@ -18,15 +18,17 @@ template <class T> __global__ void fill_kernel(int64_t n, T value, T *y)
 
 static int32_t fill(const moe_exec *ex, int64_t n, double value, void *y)
 {
-    if (n < 0 || (n > 0 && !y)) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "fill: n = %lld, y = %p", (long long)n, y);
+    if (!ex || n < 0 || (n > 0 && !y))
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "fill: ex = %p, n = %lld, y = %p", (const void *)ex, (long long)n, y);
     if (n == 0) return MOE_OK;
     return MOE_LAUNCH(fill_kernel<float>, grid_for(n), THREADS, ex->stream, n, (float)value, (float *)y);
 }
 
 static int32_t fill_i64(const moe_exec *ex, int64_t n, int64_t value, int64_t *y)
 {
-    if (n < 0 || (n > 0 && !y))
-        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "fill_i64: n = %lld, y = %p", (long long)n, (void *)y);
+    if (!ex || n < 0 || (n > 0 && !y))
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "fill_i64: ex = %p, n = %lld, y = %p", (const void *)ex,
+                          (long long)n, (void *)y);
     if (n == 0) return MOE_OK;
     return MOE_LAUNCH(fill_kernel<int64_t>, grid_for(n), THREADS, ex->stream, n, value, y);
 }
@@ -39,8 +41,9 @@ __global__ void axpby_kernel(int64_t n, float alpha, const float *x, int accumul
 
 static int32_t axpby(const moe_exec *ex, int64_t n, double alpha, const void *x, int32_t accumulate, void *y)
 {
-    if (n < 0 || (n > 0 && (!x || !y)))
-        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "axpby: n = %lld, x = %p, y = %p", (long long)n, x, y);
+    if (!ex || n < 0 || (accumulate != 0 && accumulate != 1) || (n > 0 && (!x || !y)))
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "axpby: ex = %p, n = %lld, accumulate = %d (0 or 1), x = %p, "
+                          "y = %p", (const void *)ex, (long long)n, accumulate, x, y);
     if (n == 0) return MOE_OK;
     return MOE_LAUNCH(axpby_kernel, grid_for(n), THREADS, ex->stream, n, (float)alpha, (const float *)x, accumulate,
                       (float *)y);

@@ -27,7 +27,8 @@
 static const char *usage =
     "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]\n"
     "  NAME: cpu (or another backend of this build), guarded-cpu, sim (the CUDA kernels in the\n"
-    "        kernel simulator, where built), broken-permute,\n"
+    "        kernel simulator, where built), sim-planted-nosync, sim-planted-offbyone (the simulator\n"
+    "        with a planted kernel bug), broken-permute,\n"
     "        broken-unpermute, broken-overflow, broken-gemm\n";
 
 /* A backend of this build by name, the guarded CPU backend, or a broken copy of the CPU backend. */
@@ -42,6 +43,7 @@ static const moe_backend *find_backend(const char *name)
     if (be) return be;
 #ifdef MOE_HAVE_SIM
     if (strcmp(name, "sim") == 0) return moe_sim_backend();
+    if (strncmp(name, "sim-planted-", 12) == 0) return moe_sim_planted_backend(name + 12);
 #endif
     const int32_t types[] = {MOE_DEVICE_CPU, MOE_DEVICE_CUDA};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

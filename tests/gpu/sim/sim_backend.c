@@ -1,12 +1,14 @@
 /* The simulator backend (sim_backend.h): the CPU backend's memory, streams and events (the
  * simulated device's memory is host memory), the kernels' op table, the CPU backend's GEMMs. */
 #include <pthread.h>
+#include <string.h>
 
 #include "moe.h"
 #include "backend/op_names.h"
 #include "sim_backend.h"
 
 void moe_sim_kernel_table(moe_ops *t); /* kernels/table.cu compiled with -DMOE_SIM */
+void moe_sim_plant(moe_ops *t, const char *bug); /* planted.cc */
 
 static moe_ops sim_f32;
 static moe_backend sim_backend;
@@ -39,4 +41,30 @@ const moe_backend *moe_sim_backend(void)
 {
     pthread_once(&sim_once, sim_init);
     return &sim_backend;
+}
+
+/* ---- the planted-bug variants (planted.cc): one op replaced by a deliberately wrong kernel ---- */
+static moe_ops planted_f32[2];
+static moe_backend planted_backend[2];
+static const char *const planted_names[2] = {"nosync", "offbyone"};
+
+static const moe_ops *planted_ops0(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[0] : NULL; }
+static const moe_ops *planted_ops1(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[1] : NULL; }
+
+const moe_backend *moe_sim_planted_backend(const char *bug)
+{
+    const moe_backend *sim = moe_sim_backend();
+    for (int i = 0; i < 2; i++) {
+        if (strcmp(bug, planted_names[i]) != 0) continue;
+        if (!planted_backend[i].name) {
+            planted_f32[i] = sim_f32;
+            planted_f32[i].name = i == 0 ? "sim-planted-nosync-f32" : "sim-planted-offbyone-f32";
+            moe_sim_plant(&planted_f32[i], bug);
+            planted_backend[i] = *sim;
+            planted_backend[i].name = i == 0 ? "sim-planted-nosync" : "sim-planted-offbyone";
+            planted_backend[i].ops = i == 0 ? planted_ops0 : planted_ops1;
+        }
+        return &planted_backend[i];
+    }
+    return NULL;
 }
