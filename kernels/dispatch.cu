@@ -452,32 +452,41 @@ __device__ __forceinline__ void add_to(float4 &a, const float4 &b)
 }
 
 /* y[t, :] (+)= sum over k in order of rows[slot_row[t*K+k], :] (slots >= 0), the sum formed from
- * +0 first as on the CPU. One warp per token, V floats per lane access. */
+ * +0 first as on the CPU. One warp per token, V floats per lane access; a lane keeps U accesses
+ * of one column tile (32 * U * V columns) in registers, so every slot is read once per tile and the
+ * U loads of a row are in flight together. */
 template <int V>
 __global__ void unpermute_kernel(int64_t T, int32_t K, int64_t H, const float *rows, const int64_t *slot_row,
                                  int accumulate, float *y)
 {
     typedef typename std::conditional<V == 4, float4, float>::type vec;
+    constexpr int U = 4;
     const int lane = threadIdx.x & 31;
     const int64_t HV = H / V;
     const vec *src = (const vec *)rows;
     for (int64_t t = gwarp(); t < T; t += gwarps()) {
         const int64_t *slots = slot_row + t * K;
         vec *dst = (vec *)(y + t * H);
-        for (int64_t c = lane; c < HV; c += 32) {
-            vec acc;
-            set_zero(acc);
-UNROLL4
+        for (int64_t c0 = lane; c0 < HV; c0 += 32 * U) {
+            vec acc[U];
+            for (int u = 0; u < U; u++) set_zero(acc[u]);
             for (int32_t k = 0; k < K; k++) {
                 const int64_t r = slots[k];
-                if (r >= 0) add_to(acc, src[r * HV + c]);
+                if (r < 0) continue;
+                const vec *row = src + r * HV;
+                for (int u = 0; u < U; u++)
+                    if (c0 + 32 * u < HV) add_to(acc[u], row[c0 + 32 * u]);
             }
-            if (accumulate) {
-                vec o = dst[c];
-                add_to(o, acc);
-                dst[c] = o;
-            } else {
-                dst[c] = acc;
+            for (int u = 0; u < U; u++) {
+                const int64_t c = c0 + 32 * u;
+                if (c >= HV) break;
+                if (accumulate) {
+                    vec o = dst[c];
+                    add_to(o, acc[u]);
+                    dst[c] = o;
+                } else {
+                    dst[c] = acc[u];
+                }
             }
         }
     }

@@ -376,6 +376,10 @@ void hx_cases_dispatch(hx_suite *s, int32_t dt)
     unpermute_case(s, dt, 8, 2, 33, 128, 5, 0);
     unpermute_case(s, dt, 8, 2, 33, 64, -1, 1);
     unpermute_case(s, dt, 64, 8, 1200, 12, 100, 0);
+    /* rows wider than a warp's column tile (several tiles per row) */
+    unpermute_case(s, dt, 8, 2, 17, 600, -1, 1);
+    unpermute_case(s, dt, 8, 4, 17, 301, 5, 0);
+    permute_case(s, dt, 8, 2, 17, 1028, 3, 1);
 
     /* align_rows: dropless / dropped / padded plans, block sizes from the plan or fixed (static
      * shapes, also over a plan with fewer rows), room exactly Rx or more, no assignments at all
