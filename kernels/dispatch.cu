@@ -17,9 +17,14 @@
  * Every integer output is therefore exactly the CPU's (src/backend/cpu/cpu_dispatch.c,
  * cpu_plan_rows.c); nothing depends on thread timing (no atomics at all).
  *
- * Scratch: the sort keys live in the plan's slot_row (8 bytes per assignment: the two 4-byte key
- * buffers) until the last kernel writes it; values, expert segments and CUB's temporary storage
- * are carved from ex->workspace (see plan_workspace for the sizes).
+ * Scratch: the sort keys live in an output of 8 bytes per assignment (dispatch_plan: slot_row,
+ * ag_expert_rows: gslot; the two 4-byte key buffers) until the last kernel writes it; values,
+ * expert segments and CUB's temporary storage are carved from ex->workspace, in bytes (N = T*K
+ * assignments, slices 256-byte aligned):
+ *   dispatch_plan   16 E + 8 (N + 1), + 4 (N + 1) for the probs policy with a capacity, + CUB's
+ *                   (onesweep radix sort: about 1 KiB per tile of a few thousand items)
+ *   ag_expert_rows  16 El + 8 N + CUB's
+ * and a launcher fails with MOE_ERR_OUT_OF_MEMORY naming the need when it does not fit.
  *
  * Data the host cannot see (ops.h "Statuses"): dispatch_plan's expert ids, align_rows' plan
  * offsets, ag_expert_rows' gathered experts and block offsets live in device memory, so the
@@ -99,7 +104,7 @@ struct carver {
     }
 };
 
-/* Per element: elements [0, nb) of seg = 0 (the expert segments, for the experts without any). */
+/* seg[0, n) = 0 (the expert segments start empty: experts without assignments keep them). */
 __global__ void zero_i64_kernel(int64_t n, int64_t *seg)
 {
     for (int64_t i = gtid(); i < n; i += gstride()) seg[i] = 0;
