@@ -6,6 +6,7 @@
  * expert left without rows where the case says "empty"), row maps and slot maps come from a plan
  * built on the host (gen.c), offsets are non-decreasing and every aligned block holds its rows.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +27,17 @@ static int32_t *routing(hx_case *c, int32_t E, int32_t K, int64_t T, int32_t avo
     return idx;
 }
 
-/* Probabilities in (0, 1), or quantised to quarters (ties for the probs drop policy). */
+/* Probabilities in (0, 1), or quantised to quarters (ties = 1: ties for the probs drop policy), or
+ * (ties = 2) quarters mixed with the values whose order the probs policy defines separately: NaN
+ * (sorts last), -0 (equal to +0), +-inf. */
 static double *probs(hx_case *c, size_t n, int ties)
 {
+    static const double special[] = {NAN, 0.0, -0.0, INFINITY, -INFINITY};
     double *p = xmalloc(sizeof(double) * n);
-    for (size_t i = 0; i < n; i++) p[i] = ties ? 0.25 * (double)hx_int(&c->rng, 1, 4) : hx_unif(&c->rng, 0.01, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (ties == 2 && hx_int(&c->rng, 0, 3) == 0) p[i] = special[hx_int(&c->rng, 0, 5)];
+        else p[i] = ties ? 0.25 * (double)hx_int(&c->rng, 1, 4) : hx_unif(&c->rng, 0.01, 1);
+    }
     return p;
 }
 
@@ -57,7 +64,7 @@ static void plan_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t T, 
 {
     hx_case *c = hx_case_new(s, "dispatch_plan", dt, call_plan, "E=%d K=%d T=%lld C=%lld %s%s empty=%d%s", E, K,
                              (long long)T, (long long)cap, policy == MOE_DROP_PROBS ? "probs" : "position",
-                             pad ? " pad" : "", avoid, ties ? " ties" : "");
+                             pad ? " pad" : "", avoid, ties == 2 ? " specials" : ties ? " ties" : "");
     plan_args *a = hx_case_args(c, sizeof *a);
     *a = (plan_args){E, K, policy, pad, T, cap};
     const int64_t TK = T * K, EC = cap < 0 ? 0 : E * cap;
@@ -74,6 +81,7 @@ static void plan_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t T, 
     hx_buf_count_from(c, DP_ROWTOK, DP_STATS, 0);
     hx_real(c, DP_ROWPROB, "row_prob", HX_OUT, (size_t)R_max, NULL);
     hx_buf_exact(c, DP_ROWPROB); /* copies of probs, or 0 */
+    if (ties == 2) hx_buf_nan_ok(c, DP_ROWPROB);
     hx_buf_count_from(c, DP_ROWPROB, DP_STATS, 0);
     hx_buf_set(c, DP_SLOT, "slot_row", HX_I64, HX_OUT, (size_t)TK, NULL);
     hx_buf_set(c, DP_DROPPED, "dropped", HX_U8, HX_OUT, (size_t)TK, NULL);
@@ -259,15 +267,18 @@ static void ag_pack_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t 
 
 /* Gathered records of T_all tokens (K distinct experts each, 1 in 5 dropped to -1), local experts
  * [first, first + El) with `slack` padding rows each; local expert first + 1 receives nothing.
- * fault 1: one expert's block is a row too small; fault 2: a record names expert E. Both must
- * fail with MOE_ERR_INTERNAL. */
+ * Faults, all MOE_ERR_INTERNAL: 1: one expert's block is a row too small; 2: a record names expert
+ * E; 3: the last expert with assignments has a block a row too small (a backend that wrote all its
+ * rows would write past the end of rowtok and pr). The faults are in device data: a backend that
+ * cannot see it (B) may return MOE_OK instead, as long as it writes nothing outside the outputs
+ * (hx_case.data_fault). */
 static void ag_rows_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t T, int32_t first, int32_t El,
                          int64_t extra, int64_t slack, int fault)
 {
     hx_case *c = hx_case_new(s, "ag_expert_rows", dt, call_ag_rows,
                              "E=%d K=%d T=%lld local=%d+%d rrec+%lld slack=%lld%s", E, K, (long long)T, first, El,
                              (long long)extra, (long long)slack,
-                             fault == 1 ? " overfull" : fault == 2 ? " bad-expert" : "");
+                             fault == 1 ? " overfull" : fault == 2 ? " bad-expert" : fault == 3 ? " overfull-last" : "");
     ag_args *a = hx_case_args(c, sizeof *a);
     a->T = T, a->K = K, a->E = E, a->first = first, a->El = El, a->rrec = record_bytes(c, K, extra);
     const size_t es = hx_type_size(hx_real_type(c));
@@ -296,7 +307,13 @@ static void ag_rows_case(hx_suite *s, int32_t dt, int32_t E, int32_t K, int64_t 
                 for (int32_t j = e + 1; j <= El; j++) xoff[j] -= slack + 1;
                 break;
             }
-    if (fault) c->expect = MOE_ERR_INTERNAL;
+    if (fault == 3)
+        for (int32_t e = El - 1; e >= 0; e--)
+            if (cnt[e] > 0) { /* its block loses its slack and one row: so does the end */
+                for (int32_t j = e + 1; j <= El; j++) xoff[j] -= slack + 1;
+                break;
+            }
+    if (fault) c->expect = MOE_ERR_INTERNAL, c->data_fault = 1;
     const int64_t Rx = xoff[El];
     hx_buf_set(c, ER_GREC, "grec", HX_BYTES, HX_IN, (size_t)(T * a->rrec), rec);
     hx_buf_set(c, ER_XOFF, "xoff", HX_I64, HX_IN, (size_t)El + 1, xoff);
@@ -329,6 +346,15 @@ void hx_cases_dispatch(hx_suite *s, int32_t dt)
     plan_case(s, dt, 8, 2, 33, 100, P, 0, 3, 0);
     plan_case(s, dt, 8, 2, 0, 4, Q, 1, -1, 0);
 
+    /* larger plans (many blocks per kernel, more experts than a block has threads), and the
+     * probabilities the probs policy orders specially (NaN, -0, inf) */
+    plan_case(s, dt, 64, 8, 2048, 200, P, 0, -1, 0);
+    plan_case(s, dt, 64, 8, 2048, 300, Q, 1, 5, 0);
+    plan_case(s, dt, 300, 6, 1500, -1, P, 0, 7, 0);
+    plan_case(s, dt, 300, 6, 1500, 20, P, 1, -1, 1);
+    plan_case(s, dt, 8, 2, 200, 30, P, 0, -1, 2);
+    plan_case(s, dt, 8, 2, 200, 30, P, 1, 3, 2);
+
     /* permute / unpermute: unaligned H, H = 1, padding rows, drops, K = 1 .. 4, T = 0 and 1, "+=" */
     permute_case(s, dt, 8, 2, 33, 127, -1, 0);
     permute_case(s, dt, 8, 2, 33, 33, 5, 1);
@@ -344,6 +370,16 @@ void hx_cases_dispatch(hx_suite *s, int32_t dt)
     unpermute_case(s, dt, 8, 2, 33, 7, 0, 1);
     unpermute_case(s, dt, 8, 2, 1, 1, -1, 1);
     unpermute_case(s, dt, 8, 2, 0, 33, -1, 0);
+    /* H a multiple of 4 (the vectorised row copies of device backends), more rows than a grid pass */
+    permute_case(s, dt, 8, 2, 33, 128, 5, 1);
+    permute_case(s, dt, 64, 8, 1200, 4, -1, 0);
+    unpermute_case(s, dt, 8, 2, 33, 128, 5, 0);
+    unpermute_case(s, dt, 8, 2, 33, 64, -1, 1);
+    unpermute_case(s, dt, 64, 8, 1200, 12, 100, 0);
+    /* rows wider than a warp's column tile (several tiles per row) */
+    unpermute_case(s, dt, 8, 2, 17, 600, -1, 1);
+    unpermute_case(s, dt, 8, 4, 17, 301, 5, 0);
+    permute_case(s, dt, 8, 2, 17, 1028, 3, 1);
 
     /* align_rows: dropless / dropped / padded plans, block sizes from the plan or fixed (static
      * shapes, also over a plan with fewer rows), room exactly Rx or more, no assignments at all
@@ -356,6 +392,8 @@ void hx_cases_dispatch(hx_suite *s, int32_t dt)
     align_case(s, dt, 8, 2, 0, -1, 0, 8, -1, 0);
     align_case(s, dt, 16, 4, 127, -1, 0, 1, -1, 0);
     align_case(s, dt, 1, 1, 33, -1, 0, 32, -1, 5);
+    align_case(s, dt, 300, 4, 1000, -1, 0, 16, -1, 9);
+    align_case(s, dt, 300, 4, 1000, 10, 0, 8, 16, 0);
 
     gather_slots_case(s, dt, 8, 2, 33, 5);
     gather_slots_case(s, dt, 16, 4, 127, -1);
@@ -376,4 +414,8 @@ void hx_cases_dispatch(hx_suite *s, int32_t dt)
     ag_rows_case(s, dt, 8, 2, 0, 0, 8, 0, 2, 0);
     ag_rows_case(s, dt, 8, 2, 33, 0, 8, 0, 1, 1);
     ag_rows_case(s, dt, 8, 2, 33, 2, 3, 0, 0, 2);
+    ag_rows_case(s, dt, 300, 8, 2000, 20, 260, 5, 3, 0);
+    ag_rows_case(s, dt, 8, 2, 33, 0, 8, 0, 1, 3);
+    ag_pack_case(s, dt, 64, 8, 3000, 0);
+    gather_slots_case(s, dt, 64, 8, 3000, 300);
 }

@@ -61,6 +61,11 @@ struct hx_case {
     hx_call call;
     void *args;         /* the op's host-side arguments (sizes, [host] arrays), owned by the case */
     int32_t expect;     /* status the op must return on both backends */
+    int data_fault;     /* 1: expect is a failure found in device data (ops.h "Statuses": align_rows,
+                         * ag_expert_rows). A device backend cannot see that data without a read-back,
+                         * so B may return MOE_OK instead; either way it must keep every guard and
+                         * input intact (never write outside the outputs). A (the reference) must
+                         * still return expect. */
     hx_rng rng;         /* seeded from (op, dtype, ordinal): adding cases elsewhere changes nothing here */
     hx_buf buf[HX_MAX_BUFS];
 };

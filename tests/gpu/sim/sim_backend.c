@@ -35,6 +35,9 @@ static void sim_init(void)
     sim_backend.caps &= ~(uint32_t)MOE_BACKEND_CAP_FP64;
     sim_backend.ops = sim_ops;
     sim_backend.supports_op = sim_supports_op;
+    /* op workspace as the CUDA backend gives each context (device-wide sorts and scans carve theirs
+     * from it) */
+    sim_backend.workspace_bytes = (size_t)32 << 20;
 }
 
 const moe_backend *moe_sim_backend(void)
