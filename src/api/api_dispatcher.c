@@ -70,9 +70,6 @@ MOE_API int32_t moe_dispatcher_create(moe_context *ctx, const moe_dispatcher_con
     moe_dispatcher_config cfg;
     int32_t st = moe_config_copy(ctx, "moe_dispatcher_config", cfg_in, sizeof cfg, DISP_CFG_MIN, &cfg);
     if (st) return st;
-    if (ctx->device_type != MOE_DEVICE_CPU)
-        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "moe_dispatcher_create: the standalone dispatcher runs on CPU "
-                          "contexts only (ctx device type %d)", ctx->device_type);
     st = check_config(ctx, &cfg, ep_comm);
     if (st) return st;
     moe_dispatcher *d = calloc(1, sizeof *d);
