@@ -7,6 +7,7 @@
  * capture and replay equality run on a GPU (tests/gpu/test_gpu_layer.c).
  */
 #include <check.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,6 +179,11 @@ START_TEST(graphs_config_checked)
     char msg[512];
     moe_context_last_error(ctx, msg, sizeof msg);
     ck_assert_ptr_nonnull(strstr(msg, "graphs"));
+    /* a 0.1 host's struct (without graphs) is still accepted: graphs reads as MOE_GRAPHS_AUTO */
+    c = static_config();
+    c.struct_size = (uint32_t)offsetof(moe_layer_config, graphs);
+    ck_assert_int_eq(moe_layer_create(ctx, &c, &layer), MOE_OK);
+    moe_layer_destroy(layer);
     moe_context_destroy(ctx);
 }
 END_TEST
