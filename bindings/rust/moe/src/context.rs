@@ -1,4 +1,4 @@
-//! `Context`: a device binding (CPU), thread count, hooks and the memory ledger. Layers, comms and
+//! `Context`: a device binding (CPU or CUDA), thread count, hooks and the memory ledger. Layers, comms and
 //! dispatchers are created from it; they keep the C context alive, so the `Context` handle may be
 //! dropped before them.
 use std::sync::{Arc, Mutex};
@@ -6,17 +6,20 @@ use std::sync::{Arc, Mutex};
 use moe_sys as sys;
 
 use crate::callbacks::{self, Allocator, LogLevel, RangeEvent};
+use crate::device::Device;
 use crate::error::{check_no_context, Error, Result};
 use crate::unit::{FailureSlot, NotSync, Unit};
 
 pub struct Context {
     pub(crate) unit: Arc<Unit>,
+    device: Device,
     _not_sync: NotSync,
 }
 
 /// Builds a context: defaults from `moe_context_config_init`, then what the builder sets.
 #[derive(Default)]
 pub struct ContextBuilder {
+    device: Device,
     num_threads: i32,
     logger: Option<(LogLevel, callbacks::LogFn)>,
     allocator: Option<Box<dyn Allocator>>,
@@ -24,6 +27,15 @@ pub struct ContextBuilder {
 }
 
 impl ContextBuilder {
+    /// The device the context computes on (default `Device::Cpu`). `Device::Cuda(n)` needs a libmoe
+    /// built with the CUDA backend (`build_features() & MOE_FEATURE_CUDA`) and a visible device `n`;
+    /// otherwise `build` fails with `Status::Unsupported` (or `InvalidArgument` for a bad id) and the
+    /// library's message. A CUDA context's tensors are `DeviceTensor`s on that device.
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
     /// CPU worker threads; 0 = one per online core (results do not depend on it).
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = i32::try_from(n).unwrap_or(i32::MAX);
@@ -59,6 +71,8 @@ impl ContextBuilder {
             return Err(Error::invalid("num_threads is too large"));
         }
         cfg.num_threads = self.num_threads;
+        cfg.device_type = self.device.device_type();
+        cfg.device_id = self.device.device_id();
         let failures: FailureSlot = Arc::new(Mutex::new(None));
         let logger = self.logger.map(|(lvl, f)| callbacks::logger_table(lvl, f, failures.clone()));
         let allocator = self.allocator.map(|a| callbacks::allocator_table(a, failures.clone()));
@@ -90,7 +104,7 @@ impl ContextBuilder {
             }
             return Err(check_no_context(st).unwrap_err());
         }
-        Ok(Context { unit: Unit::new(ctx, failures), _not_sync: NotSync::default() })
+        Ok(Context { unit: Unit::new(ctx, failures), device: self.device, _not_sync: NotSync::default() })
     }
 }
 
@@ -113,6 +127,11 @@ impl Context {
 
     pub fn builder() -> ContextBuilder {
         ContextBuilder::default()
+    }
+
+    /// The device the context was built for.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     pub fn num_threads(&self) -> Result<usize> {
