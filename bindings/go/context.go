@@ -7,17 +7,12 @@ import "C"
 
 import "runtime"
 
-// DeviceType is a MOE_DEVICE_* value (the DLPack device type).
-type DeviceType int32
-
-// Device types.
-const (
-	DeviceCPU  DeviceType = C.MOE_DEVICE_CPU
-	DeviceCUDA DeviceType = C.MOE_DEVICE_CUDA
-)
-
 // ContextConfig mirrors moe_context_config; zero fields mean the library's default.
 type ContextConfig struct {
+	// DeviceType and DeviceID select the device: DeviceCUDA with the CUDA device ordinal needs a
+	// libmoe built with the CUDA backend and a visible device, else NewContext fails with the
+	// library's StatusUnsupported (or StatusInvalidArgument for a bad id). A CUDA context's tensors
+	// are DeviceTensors on that device.
 	DeviceType DeviceType // 0 = DeviceCPU
 	DeviceID   int32
 	NumThreads int32 // CPU worker threads; 0 = online cores
@@ -34,11 +29,17 @@ func NewContextConfig() ContextConfig {
 		NumThreads: int32(c.num_threads)}
 }
 
+// SetDevice sets DeviceType and DeviceID from d.
+func (c *ContextConfig) SetDevice(d Device) {
+	c.DeviceType, c.DeviceID = d.Type, d.ID
+}
+
 // Context is a libmoe context: device, threads, allocator and hooks. Everything made from it shares
 // its lock (see the package documentation).
 type Context struct {
 	ptr *C.moe_context
 	g   *guard
+	dev Device
 }
 
 // NewContext creates a context; cfg nil means the defaults.
@@ -67,7 +68,7 @@ func NewContext(cfg *ContextConfig) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{ptr: ptr, g: &guard{}}
+	ctx := &Context{ptr: ptr, g: &guard{}, dev: Device{Type: cfg.DeviceType, ID: cfg.DeviceID}.resolved()}
 	runtime.SetFinalizer(ctx, (*Context).Close)
 	return ctx, nil
 }
@@ -82,6 +83,9 @@ func (c *Context) Close() error {
 	runtime.SetFinalizer(c, nil)
 	return nil
 }
+
+// Device returns the device the context was created for.
+func (c *Context) Device() Device { return c.dev }
 
 // call runs f on the live context under its lock.
 func (c *Context) call(f func(*C.moe_context) C.int32_t) error {
