@@ -18,7 +18,8 @@ const MOE_ERR_TIMEOUT = Int32(9)
 const MOE_ERR_CALLBACK = Int32(10)
 const MOE_ERR_INTERNAL = Int32(11)
 
-const DEVICE_CPU = Int32(1)
+const DEVICE_CPU = Int32(1)  # = kDLCPU
+const DEVICE_CUDA = Int32(2) # = kDLCUDA
 
 const ACT_SWIGLU = Int32(0)
 const ACT_GEGLU = Int32(1)

@@ -1,5 +1,6 @@
 # LibMoE's tests: the shared fixture's values, errors, ownership and teardown, the dispatcher,
-# comms (self and Julia hooks), layouts, parallel layers and the two-phase backward.
+# comms (self and Julia hooks), layouts, parallel layers, the two-phase backward, and device arrays,
+# CUDA contexts and streams (no GPU needed).
 #
 #   MOE_FIXTURE=fixture.txt MOE_LIB_DIR=build julia --project=bindings/julia bindings/julia/test/runtests.jl
 #
@@ -44,4 +45,5 @@ include("hooks_helpers.jl")
     include("backward_phase_tests.jl")
     include("comm_ownership_tests.jl")
     include("two_rank_tests.jl")
+    include("device_tests.jl")
 end
