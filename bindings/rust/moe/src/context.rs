@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use moe_sys as sys;
 
 use crate::callbacks::{self, Allocator, LogLevel, RangeEvent};
-use crate::device::Device;
+use crate::device::{Device, Stream};
 use crate::error::{check_no_context, Error, Result};
 use crate::unit::{FailureSlot, NotSync, Unit};
 
@@ -117,6 +117,15 @@ pub struct MemoryStats {
     pub total_peak_bytes: i64,
     /// live allocations
     pub num_allocations: i64,
+    /// freed blocks the built-in caching pool keeps for reuse (0 with a host allocator)
+    pub cached_bytes: i64,
+    /// total_current_bytes + cached_bytes: what the context holds
+    pub reserved_bytes: i64,
+    pub peak_reserved_bytes: i64,
+    /// raw device allocations since creation (constant in a steady state)
+    pub device_allocations: i64,
+    /// times the cache was emptied (`memory_trim`, out-of-memory retries)
+    pub trims: i64,
 }
 
 impl Context {
@@ -154,7 +163,24 @@ impl Context {
             total_current_bytes: s.total_current_bytes,
             total_peak_bytes: s.total_peak_bytes,
             num_allocations: s.num_allocations,
+            cached_bytes: s.cached_bytes,
+            reserved_bytes: s.reserved_bytes,
+            peak_reserved_bytes: s.peak_reserved_bytes,
+            device_allocations: s.device_allocations,
+            trims: s.trims,
         })
+    }
+
+    /// Gives every cached free block of the built-in pool back to the device (live allocations are
+    /// untouched), waiting for the context's stream.
+    pub fn memory_trim(&self) -> Result<()> {
+        self.memory_trim_on(Stream::DEFAULT)
+    }
+
+    /// `memory_trim`, waiting for `stream`'s work that may still use the blocks.
+    pub fn memory_trim_on(&self, stream: Stream) -> Result<()> {
+        let g = self.unit.enter()?;
+        g.check(unsafe { sys::moe_context_memory_trim(self.unit.ctx(), stream.as_raw()) })
     }
 
     /// The context's last error message ("" if none yet).

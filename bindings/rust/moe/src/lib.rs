@@ -70,8 +70,8 @@ pub use callbacks::{Allocator, LogLevel, RangeEvent};
 pub use comm::{Comm, CommConfig, CommKind};
 pub use comm_hooks::{AllGatherV, AllToAllV, CommHooks, HookResult, ReduceBuf};
 pub use config::{
-    Activation, AuxLoss, DType, DispatcherKind, DropPolicy, GradMode, LayerConfig, NonfinitePolicy, Param, Routing,
-    ScoreFunction, StepConfig, StepMode,
+    Activation, AuxLoss, DType, DispatcherKind, DropPolicy, GradMode, Graphs, LayerConfig, NonfinitePolicy, Param,
+    Routing, ScoreFunction, StepConfig, StepMode,
 };
 pub use context::{Context, ContextBuilder, MemoryStats};
 pub use device::{Device, Stream};

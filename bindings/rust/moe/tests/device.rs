@@ -298,3 +298,22 @@ fn dispatcher_streams_pass_through_a_cpu_context_unchanged() {
     assert_eq!(err.status(), Status::InvalidArgument);
     assert!(err.message().contains("x.device = (type 2, id 0)"), "message: {}", err.message());
 }
+
+#[test]
+fn memory_trim_empties_the_pool_cache_on_any_stream() {
+    let ctx = Context::new().unwrap();
+    let mut layer = Layer::new(&ctx, &fixture_config().graphs(moe::Graphs::Off)).unwrap();
+    assert_eq!(layer.config().unwrap().raw().graphs, sys::MOE_GRAPHS_OFF);
+    train_once(&mut layer); // its step's tape goes back to the pool when the step is dropped
+    let before = ctx.memory_stats().unwrap();
+    assert!(before.cached_bytes > 0, "nothing cached after a step: {before:?}");
+    assert_eq!(before.reserved_bytes, before.total_current_bytes + before.cached_bytes);
+    ctx.memory_trim_on(stream(0x1234)).unwrap();
+    let after = ctx.memory_stats().unwrap();
+    assert_eq!(after.cached_bytes, 0, "{after:?}");
+    assert_eq!(after.trims, before.trims + 1);
+    assert_eq!(after.total_current_bytes, before.total_current_bytes, "live allocations were touched");
+    ctx.memory_trim().unwrap(); // the cache is empty: nothing to give back, not counted
+    assert_eq!(ctx.memory_stats().unwrap().trims, before.trims + 1);
+    train_once(&mut layer); // still works after trims
+}
