@@ -111,6 +111,12 @@ type MemoryStats struct {
 	TotalCurrentBytes int64
 	TotalPeakBytes    int64
 	NumAllocations    int64 // live allocations
+	// the built-in caching pool
+	CachedBytes       int64 // freed blocks kept for reuse (0 with a host allocator)
+	ReservedBytes     int64 // TotalCurrentBytes + CachedBytes: what the context holds
+	PeakReservedBytes int64
+	DeviceAllocations int64 // raw device allocations since creation (constant in a steady state)
+	Trims             int64 // times the cache was emptied (MemoryTrim, out-of-memory retries)
 }
 
 // Memory ledger categories (indices of MemoryStats.CurrentBytes / PeakBytes).
@@ -137,5 +143,19 @@ func (c *Context) MemoryStats() (MemoryStats, error) {
 	out.TotalCurrentBytes = int64(s.total_current_bytes)
 	out.TotalPeakBytes = int64(s.total_peak_bytes)
 	out.NumAllocations = int64(s.num_allocations)
+	out.CachedBytes = int64(s.cached_bytes)
+	out.ReservedBytes = int64(s.reserved_bytes)
+	out.PeakReservedBytes = int64(s.peak_reserved_bytes)
+	out.DeviceAllocations = int64(s.device_allocations)
+	out.Trims = int64(s.trims)
 	return out, nil
+}
+
+// MemoryTrim gives every cached free block of the built-in pool back to the device (live
+// allocations are untouched), waiting for the context's stream.
+func (c *Context) MemoryTrim() error { return c.MemoryTrimOn(DefaultStream) }
+
+// MemoryTrimOn is MemoryTrim waiting for stream's work that may still use the blocks.
+func (c *Context) MemoryTrimOn(stream Stream) error {
+	return c.call(func(p *C.moe_context) C.int32_t { return C.gomoe_context_memory_trim(p, C.uintptr_t(stream)) })
 }

@@ -293,3 +293,34 @@ func TestDispatcherStreamsPassThroughCPU(t *testing.T) {
 		t.Fatal("the dispatcher computed nothing")
 	}
 }
+
+func TestMemoryTrimOnAStream(t *testing.T) {
+	ctx, err := NewContext(nil)
+	mustOK(t, "NewContext", err)
+	defer ctx.Close()
+	cfg := fixtureConfig()
+	cfg.Graphs = GraphsOff
+	layer, err := NewLayer(ctx, cfg)
+	mustOK(t, "NewLayer", err)
+	defer layer.Close()
+	if layer.Config().Graphs != GraphsOff {
+		t.Fatalf("Graphs = %v after create", layer.Config().Graphs)
+	}
+	step, err := NewStep(layer, nil)
+	mustOK(t, "NewStep", err)
+	x, y := deviceTestInput(), make([]float32, fxT*fxH)
+	mustOK(t, "Forward", layer.Forward(step, Float32(x, fxT, fxH), Float32(y, fxT, fxH)))
+	mustOK(t, "Step.Close", step.Close()) // its tape goes back to the pool's cache
+	before, err := ctx.MemoryStats()
+	mustOK(t, "MemoryStats", err)
+	if before.CachedBytes <= 0 || before.ReservedBytes != before.TotalCurrentBytes+before.CachedBytes {
+		t.Fatalf("pool stats after a step: %+v", before)
+	}
+	mustOK(t, "MemoryTrimOn", ctx.MemoryTrimOn(Stream(0x1234)))
+	after, err := ctx.MemoryStats()
+	mustOK(t, "MemoryStats", err)
+	if after.CachedBytes != 0 || after.Trims != before.Trims+1 || after.TotalCurrentBytes != before.TotalCurrentBytes {
+		t.Fatalf("after MemoryTrimOn: %+v (before %+v)", after, before)
+	}
+	mustOK(t, "MemoryTrim", ctx.MemoryTrim()) // empty cache: nothing to give back
+}

@@ -72,6 +72,11 @@ int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream
 
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream) { return moe_layer_reduce_grads(l, (void *)stream); }
 
+int32_t gomoe_context_memory_trim(moe_context *ctx, uintptr_t stream)
+{
+    return moe_context_memory_trim(ctx, (void *)stream);
+}
+
 int32_t gomoe_layer_import_param(moe_layer *l, int32_t slot, DLTensor *src, void *srcd)
 {
     int32_t st = moe_layer_import_param(l, slot, gomoe_bind(src, srcd));
