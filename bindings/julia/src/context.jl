@@ -51,6 +51,38 @@ handle(ctx::Context) = isopen(ctx) ? ctx.ptr : throw(closed_error("Context"))
 device(ctx::Context) = (ctx.device.device_type, ctx.device.device_id)
 
 """
+    memory_stats(ctx) -> MemoryStats
+
+The context's memory ledger (`moe_context_memory_stats`): bytes per category (`current_bytes`,
+`peak_bytes`, indexed by `MEM_* + 1`), totals, live allocations, and the built-in pool's
+`cached_bytes`, `reserved_bytes`, `peak_reserved_bytes`, `device_allocations` and `trims`.
+"""
+function memory_stats(ctx::Context)
+    z = ntuple(_ -> Int64(0), 8)
+    out = Ref(MemoryStats(sizeof(MemoryStats), 0, z, z, 0, 0, 0, 0, 0, 0, 0, 0))
+    GC.@preserve ctx begin
+        p = handle(ctx)
+        check(@ccall($(fn(:moe_context_memory_stats))(p::Ptr{Cvoid}, out::Ref{MemoryStats})::Int32), p)
+    end
+    out[]
+end
+
+"""
+    memory_trim!(ctx; stream = C_NULL) -> ctx
+
+Gives every cached free block of the built-in pool back to the device (`moe_context_memory_trim`),
+waiting for `stream`'s work that may still use them (`C_NULL`: the context's stream). Live
+allocations are untouched.
+"""
+function memory_trim!(ctx::Context; stream = C_NULL)
+    GC.@preserve ctx begin
+        p = handle(ctx)
+        check(@ccall($(fn(:moe_context_memory_trim))(p::Ptr{Cvoid}, streamptr(stream)::Ptr{Cvoid})::Int32), p)
+    end
+    ctx
+end
+
+"""
     num_threads(ctx) -> Int
 
 The engine's CPU worker threads for this context.

@@ -166,4 +166,26 @@ device_input_matrix() = reshape(Float32[((i * 7) % 13 - 6) / 6 for i in 0:47], 8
         @test plain == run(0x4242)
         @test any(!iszero, plain[1])
     end
+
+    @testset "memory_trim! empties the pool cache, on any stream" begin
+        ctx = Context()
+        layer = device_fixture_layer(ctx)
+        @test config(Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2,
+                           graphs = LibMoE.GRAPHS_OFF)).graphs == LibMoE.GRAPHS_OFF
+        step = Step(layer)
+        forward(layer, step, device_input_matrix())
+        close(step)                                   # its tape goes back to the pool's cache
+        before = memory_stats(ctx)
+        @test before.cached_bytes > 0
+        @test before.reserved_bytes == before.total_current_bytes + before.cached_bytes
+        @test before.current_bytes[LibMoE.MEM_WEIGHTS + 1] > 0
+        @test memory_trim!(ctx; stream = 0x1234) === ctx
+        after = memory_stats(ctx)
+        @test after.cached_bytes == 0 && after.trims == before.trims + 1
+        @test after.total_current_bytes == before.total_current_bytes
+        memory_trim!(ctx)                             # empty cache: nothing to give back
+        @test memory_stats(ctx).trims == before.trims + 1
+        close(layer); close(ctx)
+        @test_throws MoeError memory_trim!(ctx)       # closed handle
+    end
 end
