@@ -26,20 +26,28 @@ func gomoeLog(h C.uintptr_t, level C.int32_t, msg *C.char) {
 }
 
 //export gomoeAlloc
-func gomoeAlloc(h C.uintptr_t, bytes, alignment C.size_t, devType, devID C.int32_t) (p unsafe.Pointer) {
+func gomoeAlloc(h C.uintptr_t, bytes, alignment C.size_t, devType, devID C.int32_t,
+	stream C.uintptr_t) (p unsafe.Pointer) {
 	defer func() {
 		if recover() != nil {
 			p = nil
 		}
 	}()
 	a := cgo.Handle(h).Value().(Allocator)
+	if a.AllocOn != nil {
+		return a.AllocOn(uintptr(bytes), uintptr(alignment), Device{DeviceType(devType), int32(devID)}, Stream(stream))
+	}
 	return a.Alloc(uintptr(bytes), uintptr(alignment), DeviceType(devType), int32(devID))
 }
 
 //export gomoeFree
-func gomoeFree(h C.uintptr_t, ptr unsafe.Pointer, bytes C.size_t, devType, devID C.int32_t) {
+func gomoeFree(h C.uintptr_t, ptr unsafe.Pointer, bytes C.size_t, devType, devID C.int32_t, stream C.uintptr_t) {
 	defer func() { _ = recover() }()
 	a := cgo.Handle(h).Value().(Allocator)
+	if a.FreeOn != nil {
+		a.FreeOn(ptr, uintptr(bytes), Device{DeviceType(devType), int32(devID)}, Stream(stream))
+		return
+	}
 	a.Free(ptr, uintptr(bytes), DeviceType(devType), int32(devID))
 }
 

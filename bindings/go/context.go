@@ -7,17 +7,12 @@ import "C"
 
 import "runtime"
 
-// DeviceType is a MOE_DEVICE_* value (the DLPack device type).
-type DeviceType int32
-
-// Device types.
-const (
-	DeviceCPU  DeviceType = C.MOE_DEVICE_CPU
-	DeviceCUDA DeviceType = C.MOE_DEVICE_CUDA
-)
-
 // ContextConfig mirrors moe_context_config; zero fields mean the library's default.
 type ContextConfig struct {
+	// DeviceType and DeviceID select the device: DeviceCUDA with the CUDA device ordinal needs a
+	// libmoe built with the CUDA backend and a visible device, else NewContext fails with the
+	// library's StatusUnsupported (or StatusInvalidArgument for a bad id). A CUDA context's tensors
+	// are DeviceTensors on that device.
 	DeviceType DeviceType // 0 = DeviceCPU
 	DeviceID   int32
 	NumThreads int32 // CPU worker threads; 0 = online cores
@@ -34,11 +29,17 @@ func NewContextConfig() ContextConfig {
 		NumThreads: int32(c.num_threads)}
 }
 
+// SetDevice sets DeviceType and DeviceID from d.
+func (c *ContextConfig) SetDevice(d Device) {
+	c.DeviceType, c.DeviceID = d.Type, d.ID
+}
+
 // Context is a libmoe context: device, threads, allocator and hooks. Everything made from it shares
 // its lock (see the package documentation).
 type Context struct {
 	ptr *C.moe_context
 	g   *guard
+	dev Device
 }
 
 // NewContext creates a context; cfg nil means the defaults.
@@ -67,7 +68,7 @@ func NewContext(cfg *ContextConfig) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{ptr: ptr, g: &guard{}}
+	ctx := &Context{ptr: ptr, g: &guard{}, dev: Device{Type: cfg.DeviceType, ID: cfg.DeviceID}.resolved()}
 	runtime.SetFinalizer(ctx, (*Context).Close)
 	return ctx, nil
 }
@@ -82,6 +83,9 @@ func (c *Context) Close() error {
 	runtime.SetFinalizer(c, nil)
 	return nil
 }
+
+// Device returns the device the context was created for.
+func (c *Context) Device() Device { return c.dev }
 
 // call runs f on the live context under its lock.
 func (c *Context) call(f func(*C.moe_context) C.int32_t) error {
@@ -107,6 +111,12 @@ type MemoryStats struct {
 	TotalCurrentBytes int64
 	TotalPeakBytes    int64
 	NumAllocations    int64 // live allocations
+	// the built-in caching pool
+	CachedBytes       int64 // freed blocks kept for reuse (0 with a host allocator)
+	ReservedBytes     int64 // TotalCurrentBytes + CachedBytes: what the context holds
+	PeakReservedBytes int64
+	DeviceAllocations int64 // raw device allocations since creation (constant in a steady state)
+	Trims             int64 // times the cache was emptied (MemoryTrim, out-of-memory retries)
 }
 
 // Memory ledger categories (indices of MemoryStats.CurrentBytes / PeakBytes).
@@ -133,5 +143,19 @@ func (c *Context) MemoryStats() (MemoryStats, error) {
 	out.TotalCurrentBytes = int64(s.total_current_bytes)
 	out.TotalPeakBytes = int64(s.total_peak_bytes)
 	out.NumAllocations = int64(s.num_allocations)
+	out.CachedBytes = int64(s.cached_bytes)
+	out.ReservedBytes = int64(s.reserved_bytes)
+	out.PeakReservedBytes = int64(s.peak_reserved_bytes)
+	out.DeviceAllocations = int64(s.device_allocations)
+	out.Trims = int64(s.trims)
 	return out, nil
+}
+
+// MemoryTrim gives every cached free block of the built-in pool back to the device (live
+// allocations are untouched), waiting for the context's stream.
+func (c *Context) MemoryTrim() error { return c.MemoryTrimOn(DefaultStream) }
+
+// MemoryTrimOn is MemoryTrim waiting for stream's work that may still use the blocks.
+func (c *Context) MemoryTrimOn(stream Stream) error {
+	return c.call(func(p *C.moe_context) C.int32_t { return C.gomoe_context_memory_trim(p, C.uintptr_t(stream)) })
 }

@@ -75,6 +75,11 @@ func (h *Dispatch) Rows(xRows, rowProbs, tokensPerExpert Tensor) error {
 
 // Combine is collective: y [T,H] = the (weighted) sum of each token's expert rows y_rows [Rx,H].
 func (h *Dispatch) Combine(yRows, y Tensor) error {
+	return h.CombineOn(yRows, y, DefaultStream)
+}
+
+// CombineOn is Combine ordered on stream.
+func (h *Dispatch) CombineOn(yRows, y Tensor, stream Stream) error {
 	var ct cTensors
 	defer ct.free()
 	cr, err := ct.add("y_rows", yRows)
@@ -85,7 +90,9 @@ func (h *Dispatch) Combine(yRows, y Tensor) error {
 	if err != nil {
 		return err
 	}
-	err = h.call(func(p *C.moe_dispatch) C.int32_t { return C.gomoe_dispatch_combine(p, cr, yRows.data, cy, y.data) })
+	err = h.call(func(p *C.moe_dispatch) C.int32_t {
+		return C.gomoe_dispatch_combine(p, cr, yRows.data, cy, y.data, C.uintptr_t(stream))
+	})
 	runtime.KeepAlive(yRows)
 	runtime.KeepAlive(y)
 	return err
@@ -94,6 +101,11 @@ func (h *Dispatch) Combine(yRows, y Tensor) error {
 // CombineBackward is collective: dy [T,H] -> dy_rows [Rx,H] and d_row_probs [Rx] (may be the zero
 // Tensor).
 func (h *Dispatch) CombineBackward(dy, dyRows, dRowProbs Tensor) error {
+	return h.CombineBackwardOn(dy, dyRows, dRowProbs, DefaultStream)
+}
+
+// CombineBackwardOn is CombineBackward ordered on stream.
+func (h *Dispatch) CombineBackwardOn(dy, dyRows, dRowProbs Tensor, stream Stream) error {
 	var ct cTensors
 	defer ct.free()
 	cdy, err := ct.add("dy", dy)
@@ -109,7 +121,8 @@ func (h *Dispatch) CombineBackward(dy, dyRows, dRowProbs Tensor) error {
 		return err
 	}
 	err = h.call(func(p *C.moe_dispatch) C.int32_t {
-		return C.gomoe_dispatch_combine_backward(p, cdy, dy.data, cr, dyRows.data, cp, dRowProbs.data)
+		return C.gomoe_dispatch_combine_backward(p, cdy, dy.data, cr, dyRows.data, cp, dRowProbs.data,
+			C.uintptr_t(stream))
 	})
 	runtime.KeepAlive(dy)
 	runtime.KeepAlive(dyRows)
@@ -120,6 +133,11 @@ func (h *Dispatch) CombineBackward(dy, dyRows, dRowProbs Tensor) error {
 // Backward is collective: dx_rows [Rx,H] and d_row_probs [Rx] (zero Tensor = 0) -> dx [T,H] and
 // dprobs [T,K] (may be the zero Tensor).
 func (h *Dispatch) Backward(dxRows, dRowProbs, dx, dprobs Tensor) error {
+	return h.BackwardOn(dxRows, dRowProbs, dx, dprobs, DefaultStream)
+}
+
+// BackwardOn is Backward ordered on stream.
+func (h *Dispatch) BackwardOn(dxRows, dRowProbs, dx, dprobs Tensor, stream Stream) error {
 	var ct cTensors
 	defer ct.free()
 	cr, err := ct.add("dx_rows", dxRows)
@@ -139,7 +157,8 @@ func (h *Dispatch) Backward(dxRows, dRowProbs, dx, dprobs Tensor) error {
 		return err
 	}
 	err = h.call(func(p *C.moe_dispatch) C.int32_t {
-		return C.gomoe_dispatch_backward(p, cr, dxRows.data, crp, dRowProbs.data, cdx, dx.data, cdp, dprobs.data)
+		return C.gomoe_dispatch_backward(p, cr, dxRows.data, crp, dRowProbs.data, cdx, dx.data, cdp, dprobs.data,
+			C.uintptr_t(stream))
 	})
 	runtime.KeepAlive(dxRows)
 	runtime.KeepAlive(dRowProbs)

@@ -100,6 +100,11 @@ func (d *Dispatcher) LocalExperts() (num, first int, err error) {
 // Dispatch is collective: it sends x [T,H] to the experts named by indices [T,K] (Int32 or Int64)
 // with probs [T,K] (the zero Tensor = all 1). The inputs are copied.
 func (d *Dispatcher) Dispatch(x, indices, probs Tensor) (*Dispatch, error) {
+	return d.DispatchOn(x, indices, probs, DefaultStream)
+}
+
+// DispatchOn is Dispatch ordered on stream.
+func (d *Dispatcher) DispatchOn(x, indices, probs Tensor, stream Stream) (*Dispatch, error) {
 	var ct cTensors
 	defer ct.free()
 	cx, err := ct.add("x", x)
@@ -116,7 +121,7 @@ func (d *Dispatcher) Dispatch(x, indices, probs Tensor) (*Dispatch, error) {
 	}
 	var ptr *C.moe_dispatch
 	err = d.call(func(p *C.moe_dispatcher) C.int32_t {
-		return C.gomoe_dispatcher_dispatch(p, cx, x.data, ci, indices.data, cp, probs.data, &ptr)
+		return C.gomoe_dispatcher_dispatch(p, cx, x.data, ci, indices.data, cp, probs.data, &ptr, C.uintptr_t(stream))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(indices)

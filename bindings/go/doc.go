@@ -14,7 +14,11 @@
 //
 // Tensors are passed as Tensor values over Go slices (Float32, Int64, ...). Their memory is lent to
 // the library for the length of one call only, as cgo's pointer rules require; the library keeps
-// no pointer to it.
+// no pointer to it. DeviceTensor describes device memory (a CUDA context's) by address, shape and
+// Device; the binding never dereferences it.
+//
+// Calls the library orders on a stream have an On form taking a Stream (a cudaStream_t as uintptr,
+// passed through unchanged); the plain form uses the context's stream.
 //
 // Errors are *Error values carrying a Status; compare with errors.Is(err, moe.StatusState) or read
 // the details with errors.As.

@@ -48,9 +48,17 @@ type Logger struct {
 // manage (C memory: see MallocAligned), aligned to alignment (a power of two >= 64), or nil on
 // failure (the call then fails with StatusOutOfMemory). Free receives what Alloc returned.
 // deviceType is a Device* value.
+//
+// AllocOn and FreeOn, when set, are called instead of Alloc and Free, with the stream of the libmoe
+// call that allocates or frees: the caller's Stream, or the context's own (0 on CPU) for
+// DefaultStream. A CUDA context's allocator uses it for stream-ordered device memory
+// (cudaMallocAsync / cudaFreeAsync); a CPU context passes the caller's stream value through unused.
+// Set an allocation and a free function: Alloc or AllocOn, and Free or FreeOn.
 type Allocator struct {
-	Alloc func(bytes, alignment uintptr, deviceType DeviceType, deviceID int32) unsafe.Pointer
-	Free  func(ptr unsafe.Pointer, bytes uintptr, deviceType DeviceType, deviceID int32)
+	Alloc   func(bytes, alignment uintptr, deviceType DeviceType, deviceID int32) unsafe.Pointer
+	Free    func(ptr unsafe.Pointer, bytes uintptr, deviceType DeviceType, deviceID int32)
+	AllocOn func(bytes, alignment uintptr, dev Device, stream Stream) unsafe.Pointer
+	FreeOn  func(ptr unsafe.Pointer, bytes uintptr, dev Device, stream Stream)
 }
 
 // Profiler receives the library's named ranges ("moe.router", "moe.experts.fc1", ...).
@@ -112,8 +120,9 @@ func (h *hookTables) build(cfg *ContextConfig) error {
 		}
 	}
 	if a := cfg.Allocator; a != nil {
-		if a.Alloc == nil || a.Free == nil {
-			return goError(StatusInvalidArgument, "ContextConfig.Allocator: set both Alloc and Free, or neither")
+		if (a.Alloc == nil && a.AllocOn == nil) || (a.Free == nil && a.FreeOn == nil) {
+			return goError(StatusInvalidArgument,
+				"ContextConfig.Allocator: set both Alloc (or AllocOn) and Free (or FreeOn), or neither")
 		}
 		h.allocator = C.gomoe_allocator_new(h.handle(*a))
 		if h.allocator == nil {

@@ -23,16 +23,15 @@ moe_logger *gomoe_logger_new(uintptr_t handle, int32_t max_level)
     return l;
 }
 
+/* the stream crosses as an integer: Go's Stream is a uintptr, never a pointer */
 static void *t_alloc(void *ud, size_t bytes, size_t alignment, int32_t dev_type, int32_t dev_id, void *stream)
 {
-    (void)stream;
-    return gomoeAlloc(HANDLE(ud), bytes, alignment, dev_type, dev_id);
+    return gomoeAlloc(HANDLE(ud), bytes, alignment, dev_type, dev_id, (uintptr_t)stream);
 }
 
 static void t_free(void *ud, void *ptr, size_t bytes, int32_t dev_type, int32_t dev_id, void *stream)
 {
-    (void)stream;
-    gomoeFree(HANDLE(ud), ptr, bytes, dev_type, dev_id);
+    gomoeFree(HANDLE(ud), ptr, bytes, dev_type, dev_id, (uintptr_t)stream);
 }
 
 moe_allocator *gomoe_allocator_new(uintptr_t handle)

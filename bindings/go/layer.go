@@ -99,8 +99,14 @@ func (l *Layer) call(f func(*C.moe_layer) C.int32_t) error {
 // Config returns the layer's configuration with defaults resolved (moe_layer_get_config).
 func (l *Layer) Config() LayerConfig { return l.cfg }
 
-// Forward runs x [T,H] through the layer into y [T,H] (param dtype, row-major), recording on step.
+// Forward runs x [T,H] through the layer into y [T,H] (param dtype, row-major, on the context's
+// device), recording on step, on the context's stream.
 func (l *Layer) Forward(step *Step, x, y Tensor) error {
+	return l.ForwardOn(step, x, y, DefaultStream)
+}
+
+// ForwardOn is Forward ordered on stream (DefaultStream: the context's; ignored on CPU).
+func (l *Layer) ForwardOn(step *Step, x, y Tensor, stream Stream) error {
 	var ct cTensors
 	defer ct.free()
 	cx, err := ct.add("x", x)
@@ -112,7 +118,7 @@ func (l *Layer) Forward(step *Step, x, y Tensor) error {
 		return err
 	}
 	err = l.call(func(p *C.moe_layer) C.int32_t {
-		return C.gomoe_layer_forward(p, step.handle(), cx, x.data, cy, y.data)
+		return C.gomoe_layer_forward(p, step.handle(), cx, x.data, cy, y.data, C.uintptr_t(stream))
 	})
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(y)
@@ -123,15 +129,25 @@ func (l *Layer) Forward(step *Step, x, y Tensor) error {
 // Backward writes dx [T,H] from dy [T,H] and accumulates (or overwrites, per SetGradMode) the
 // parameter gradients. step must hold a training forward.
 func (l *Layer) Backward(step *Step, dy, dx Tensor) error {
-	return l.backward(step, dy, dx, false)
+	return l.backward(step, dy, dx, false, DefaultStream)
+}
+
+// BackwardOn is Backward ordered on stream.
+func (l *Layer) BackwardOn(step *Step, dy, dx Tensor, stream Stream) error {
+	return l.backward(step, dy, dx, false, stream)
 }
 
 // BackwardData is the first phase of Backward: dx only; BackwardWeights adds the gradients later.
 func (l *Layer) BackwardData(step *Step, dy, dx Tensor) error {
-	return l.backward(step, dy, dx, true)
+	return l.backward(step, dy, dx, true, DefaultStream)
 }
 
-func (l *Layer) backward(step *Step, dy, dx Tensor, dataOnly bool) error {
+// BackwardDataOn is BackwardData ordered on stream.
+func (l *Layer) BackwardDataOn(step *Step, dy, dx Tensor, stream Stream) error {
+	return l.backward(step, dy, dx, true, stream)
+}
+
+func (l *Layer) backward(step *Step, dy, dx Tensor, dataOnly bool, stream Stream) error {
 	var ct cTensors
 	defer ct.free()
 	cdy, err := ct.add("dy", dy)
@@ -144,9 +160,9 @@ func (l *Layer) backward(step *Step, dy, dx Tensor, dataOnly bool) error {
 	}
 	err = l.call(func(p *C.moe_layer) C.int32_t {
 		if dataOnly {
-			return C.gomoe_layer_backward_data(p, step.handle(), cdy, dy.data, cdx, dx.data)
+			return C.gomoe_layer_backward_data(p, step.handle(), cdy, dy.data, cdx, dx.data, C.uintptr_t(stream))
 		}
-		return C.gomoe_layer_backward(p, step.handle(), cdy, dy.data, cdx, dx.data)
+		return C.gomoe_layer_backward(p, step.handle(), cdy, dy.data, cdx, dx.data, C.uintptr_t(stream))
 	})
 	runtime.KeepAlive(dy)
 	runtime.KeepAlive(dx)
@@ -156,45 +172,63 @@ func (l *Layer) backward(step *Step, dy, dx Tensor, dataOnly bool) error {
 
 // BackwardWeights adds the parameter gradients of a step whose BackwardData ran.
 func (l *Layer) BackwardWeights(step *Step) error {
-	err := l.call(func(p *C.moe_layer) C.int32_t { return C.moe_layer_backward_weights(p, step.handle(), nil) })
+	return l.BackwardWeightsOn(step, DefaultStream)
+}
+
+// BackwardWeightsOn is BackwardWeights ordered on stream.
+func (l *Layer) BackwardWeightsOn(step *Step, stream Stream) error {
+	err := l.call(func(p *C.moe_layer) C.int32_t {
+		return C.gomoe_layer_backward_weights(p, step.handle(), C.uintptr_t(stream))
+	})
 	runtime.KeepAlive(step)
 	return err
 }
 
 // ExpertCounts returns the tokens each expert received in the training forwards since the last
-// UpdateExpertBias ([E]).
+// UpdateExpertBias ([E]; a CPU context's: ExpertCountsInto takes a device tensor).
 func (l *Layer) ExpertCounts() ([]int64, error) {
 	out := make([]int64, l.cfg.NumExperts)
-	t := Int64(out)
-	var ct cTensors
-	defer ct.free()
-	c, err := ct.add("out", t)
-	if err != nil {
-		return nil, err
-	}
-	err = l.call(func(p *C.moe_layer) C.int32_t { return C.gomoe_layer_expert_counts(p, c, t.data) })
-	runtime.KeepAlive(out)
-	if err != nil {
+	if err := l.ExpertCountsInto(Int64(out)); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
+// ExpertCountsInto copies the counts into out ([E] Int64 on the context's device).
+func (l *Layer) ExpertCountsInto(out Tensor) error {
+	var ct cTensors
+	defer ct.free()
+	c, err := ct.add("out", out)
+	if err != nil {
+		return err
+	}
+	err = l.call(func(p *C.moe_layer) C.int32_t { return C.gomoe_layer_expert_counts(p, c, out.data) })
+	runtime.KeepAlive(out)
+	return err
+}
+
 // UpdateExpertBias applies b_i += u * sign(mean(n) - n_i) with n = counts (already summed over the
 // data-parallel group) or, for nil, the layer's own counts; then resets the counts.
 func (l *Layer) UpdateExpertBias(counts []int64) error {
-	var ct cTensors
-	defer ct.free()
 	var t Tensor
 	if counts != nil {
 		t = Int64(counts)
 	}
+	return l.UpdateExpertBiasFrom(t)
+}
+
+// UpdateExpertBiasFrom is UpdateExpertBias with counts as a Tensor ([E] Int64 on the context's
+// device; the zero Tensor = the layer's own counts).
+func (l *Layer) UpdateExpertBiasFrom(counts Tensor) error {
+	var ct cTensors
+	defer ct.free()
+	t := counts
 	c, err := ct.add("counts", t)
 	if err != nil {
 		return err
 	}
 	err = l.call(func(p *C.moe_layer) C.int32_t { return C.gomoe_layer_update_expert_bias(p, c, t.data) })
-	runtime.KeepAlive(counts)
+	runtime.KeepAlive(t)
 	return err
 }
 
@@ -205,5 +239,10 @@ func (l *Layer) ResetGlobalAux() error {
 
 // ReduceGrads all-reduces the gradients over the parallel config's EDP and DP comms.
 func (l *Layer) ReduceGrads() error {
-	return l.call(func(p *C.moe_layer) C.int32_t { return C.moe_layer_reduce_grads(p, nil) })
+	return l.ReduceGradsOn(DefaultStream)
+}
+
+// ReduceGradsOn is ReduceGrads ordered on stream (the reductions read the gradients in its order).
+func (l *Layer) ReduceGradsOn(stream Stream) error {
+	return l.call(func(p *C.moe_layer) C.int32_t { return C.gomoe_layer_reduce_grads(p, C.uintptr_t(stream)) })
 }

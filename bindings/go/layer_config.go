@@ -81,6 +81,15 @@ const (
 	NonfinitePropagate NonfinitePolicy = C.MOE_NONFINITE_PROPAGATE
 )
 
+// GraphsMode is a MOE_GRAPHS_* value: whether a layer captures its calls as CUDA Graphs.
+type GraphsMode int32
+
+// CUDA Graphs modes (no effect on CPU).
+const (
+	GraphsAuto GraphsMode = C.MOE_GRAPHS_AUTO // capture and replay where shapes are static
+	GraphsOff  GraphsMode = C.MOE_GRAPHS_OFF
+)
+
 // LayerConfig mirrors moe_layer_config (abi/moe.h documents each field); zero means the default.
 // HiddenSize, FFNHiddenSize, NumExperts and TopK are required.
 type LayerConfig struct {
@@ -107,6 +116,7 @@ type LayerConfig struct {
 	ParamDType          DType
 	NonfinitePolicy     NonfinitePolicy
 	Seed                uint64
+	Graphs              GraphsMode // CUDA Graphs capture and replay (no effect on CPU)
 }
 
 // NewLayerConfig returns the defaults of moe_layer_config_init.
@@ -150,6 +160,7 @@ func (g *LayerConfig) toC() C.moe_layer_config {
 	c.param_dtype = C.int32_t(g.ParamDType)
 	c.nonfinite_policy = C.int32_t(g.NonfinitePolicy)
 	c.seed = C.uint64_t(g.Seed)
+	c.graphs = C.int32_t(g.Graphs)
 	return c
 }
 
@@ -178,5 +189,6 @@ func layerConfigFromC(c *C.moe_layer_config) LayerConfig {
 		ParamDType:          DType(c.param_dtype),
 		NonfinitePolicy:     NonfinitePolicy(c.nonfinite_policy),
 		Seed:                uint64(c.seed),
+		Graphs:              GraphsMode(c.graphs),
 	}
 }

@@ -13,31 +13,42 @@
 
 #include "moe.h"
 
-/* ---- tensor descriptors (C memory; data stays NULL outside a call) */
-DLTensor *gomoe_tensor_new(uint8_t code, uint8_t bits, int32_t ndim, const int64_t *shape);
+/* ---- tensor descriptors (C memory; a Go slice's data is only bound during a call) */
+/* addr: the data address of a device tensor (memory Go does not manage, never a Go pointer; 0 for a
+ * tensor over a Go slice, whose data gomoe_bind sets per call). */
+DLTensor *gomoe_tensor_new(uint8_t code, uint8_t bits, int32_t ndim, const int64_t *shape, int32_t device_type,
+                           int32_t device_id, uintptr_t addr);
 void gomoe_tensor_free(DLTensor *t);
-/* Sets t->data (t may be NULL: an absent optional tensor) and returns t. */
+/* Sets t->data to a Go slice's data (t may be NULL: an absent optional tensor; data NULL keeps a device
+ * tensor's address) and returns t. */
 DLTensor *gomoe_bind(DLTensor *t, void *data);
 /* Clears the data pointers again: C must not keep a Go pointer once the call returns. */
 void gomoe_unbind(DLTensor *a, DLTensor *b, DLTensor *c, DLTensor *d);
 
-/* ---- calls that take tensors: each binds the data pointers, calls, and unbinds them */
-int32_t gomoe_layer_forward(moe_layer *l, moe_step *s, DLTensor *x, void *xd, DLTensor *y, void *yd);
-int32_t gomoe_layer_backward(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd);
-int32_t gomoe_layer_backward_data(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd);
+/* ---- calls that take tensors: each binds the data pointers, calls, and unbinds them. stream is the
+ * caller's opaque handle (a cudaStream_t, 0 = the context's stream), passed on unchanged; it travels as
+ * an integer so that Go never holds it as a pointer. */
+int32_t gomoe_layer_forward(moe_layer *l, moe_step *s, DLTensor *x, void *xd, DLTensor *y, void *yd, uintptr_t stream);
+int32_t gomoe_layer_backward(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd,
+                             uintptr_t stream);
+int32_t gomoe_layer_backward_data(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd,
+                                  uintptr_t stream);
+int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream);
+int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream);
+int32_t gomoe_context_memory_trim(moe_context *ctx, uintptr_t stream);
 int32_t gomoe_layer_import_param(moe_layer *l, int32_t slot, DLTensor *src, void *srcd);
 int32_t gomoe_layer_export_param(moe_layer *l, int32_t slot, int32_t grad, DLTensor *dst, void *dstd);
 int32_t gomoe_layer_expert_counts(const moe_layer *l, DLTensor *out, void *outd);
 int32_t gomoe_layer_update_expert_bias(moe_layer *l, DLTensor *counts, void *countsd);
 int32_t gomoe_dispatcher_dispatch(moe_dispatcher *d, DLTensor *x, void *xd, DLTensor *idx, void *idxd, DLTensor *p,
-                                  void *pd, moe_dispatch **out);
+                                  void *pd, moe_dispatch **out, uintptr_t stream);
 int32_t gomoe_dispatch_rows(const moe_dispatch *h, DLTensor *xr, void *xrd, DLTensor *rp, void *rpd, DLTensor *tpe,
                             void *tped);
-int32_t gomoe_dispatch_combine(moe_dispatch *h, DLTensor *yr, void *yrd, DLTensor *y, void *yd);
+int32_t gomoe_dispatch_combine(moe_dispatch *h, DLTensor *yr, void *yrd, DLTensor *y, void *yd, uintptr_t stream);
 int32_t gomoe_dispatch_combine_backward(moe_dispatch *h, DLTensor *dy, void *dyd, DLTensor *dyr, void *dyrd,
-                                        DLTensor *drp, void *drpd);
+                                        DLTensor *drp, void *drpd, uintptr_t stream);
 int32_t gomoe_dispatch_backward(moe_dispatch *h, DLTensor *dxr, void *dxrd, DLTensor *drp, void *drpd, DLTensor *dx,
-                                void *dxd, DLTensor *dp, void *dpd);
+                                void *dxd, DLTensor *dp, void *dpd, uintptr_t stream);
 
 /* ---- exported views: Go cannot call a C function pointer */
 void gomoe_managed_delete(DLManagedTensor *mt);

@@ -18,7 +18,8 @@ const MOE_ERR_TIMEOUT = Int32(9)
 const MOE_ERR_CALLBACK = Int32(10)
 const MOE_ERR_INTERNAL = Int32(11)
 
-const DEVICE_CPU = Int32(1)
+const DEVICE_CPU = Int32(1)  # = kDLCPU
+const DEVICE_CUDA = Int32(2) # = kDLCUDA
 
 const ACT_SWIGLU = Int32(0)
 const ACT_GEGLU = Int32(1)
@@ -45,6 +46,33 @@ const DTYPE_FP64 = Int32(2)
 
 const NONFINITE_REJECT = Int32(0)
 const NONFINITE_PROPAGATE = Int32(1)
+
+# Whether a layer captures its calls as CUDA Graphs (the `graphs` keyword; no effect on CPU).
+const GRAPHS_AUTO = Int32(0)
+const GRAPHS_OFF = Int32(1)
+
+# Memory ledger categories (index `MEM_* + 1` into MemoryStats.current_bytes / peak_bytes).
+const MEM_WEIGHTS = Int32(0)
+const MEM_GRADS = Int32(1)
+const MEM_ACTIVATIONS = Int32(2)
+const MEM_WORKSPACE = Int32(3)
+const MEM_COMM = Int32(4)
+
+# moe_memory_stats (MEM_NUM_CATEGORIES = 8 entries per category array).
+struct MemoryStats
+    struct_size::UInt32
+    reserved::UInt32
+    current_bytes::NTuple{8,Int64}
+    peak_bytes::NTuple{8,Int64}
+    total_current_bytes::Int64
+    total_peak_bytes::Int64
+    num_allocations::Int64
+    cached_bytes::Int64        # the built-in pool's freed blocks kept for reuse
+    reserved_bytes::Int64      # total_current_bytes + cached_bytes
+    peak_reserved_bytes::Int64
+    device_allocations::Int64
+    trims::Int64               # times the cache was emptied (memory_trim!, out-of-memory retries)
+end
 
 const PARAM_ROUTER_WEIGHT = Int32(0)
 const PARAM_EXPERT_FC1 = Int32(1)
@@ -113,6 +141,8 @@ mutable struct LayerConfig
     nonfinite_policy::Int32
     reserved0::Int32
     seed::UInt64
+    graphs::Int32      # GRAPHS_* (since 0.2)
+    reserved1::Int32
 end
 
 mutable struct StepConfig

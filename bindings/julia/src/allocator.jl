@@ -8,7 +8,9 @@
     TrackingAllocator()
 
 Pass as `Context(allocator = TrackingAllocator())`. Fields: `live` (allocations not yet freed),
-`live_bytes`, `allocations` (total), `frees` (total), `releases` (calls of the table's release).
+`live_bytes`, `allocations` (total), `frees` (total), `releases` (calls of the table's release),
+`last_stream` (the stream the library passed to the latest allocation: the stream of the call that
+allocated, as an address; 0 for the context's own stream on CPU).
 """
 mutable struct TrackingAllocator
     live::Int
@@ -16,8 +18,9 @@ mutable struct TrackingAllocator
     allocations::Int
     frees::Int
     releases::Int
+    last_stream::UInt
 end
-TrackingAllocator() = TrackingAllocator(0, 0, 0, 0, 0)
+TrackingAllocator() = TrackingAllocator(0, 0, 0, 0, 0, UInt(0))
 
 # The callbacks run inside a libmoe call on the calling thread; they must not throw across C.
 function tracking_alloc(ud::Ptr{Cvoid}, bytes::Csize_t, alignment::Csize_t, device_type::Int32,
@@ -31,6 +34,7 @@ function tracking_alloc(ud::Ptr{Cvoid}, bytes::Csize_t, alignment::Csize_t, devi
     a.live += 1
     a.live_bytes += Int(bytes)
     a.allocations += 1
+    a.last_stream = UInt(stream)
     out[]
 end
 

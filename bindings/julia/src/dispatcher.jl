@@ -93,13 +93,14 @@ handle(h::Dispatch) = isopen(h) ? h.ptr : throw(closed_error("Dispatch"))
 ctxptr(h::Dispatch) = h.dispatcher.ctxp
 
 """
-    dispatch(d, x, indices, probs = nothing) -> Dispatch
+    dispatch(d, x, indices, probs = nothing; stream = C_NULL) -> Dispatch
 
 Sends the tokens of `x` (H, T) to the experts `indices` (K, T; Int32 or Int64, 0-based) with weights
-`probs` (K, T; `nothing` = all 1). The inputs are copied by the library.
+`probs` (K, T; `nothing` = all 1). The inputs are copied by the library. They are `Matrix`es, or
+[`DeviceArray`](@ref)s on the context's device; `stream` orders the work (`C_NULL`: the context's).
 """
-function dispatch(d::Dispatcher, x::Matrix{T}, indices::Matrix{I},
-                  probs::Union{Nothing,Matrix{T}} = nothing) where {T,I<:Union{Int32,Int64}}
+function dispatch(d::Dispatcher, x::MatrixArg{T}, indices::MatrixArg{I},
+                  probs::Union{Nothing,MatrixArg{T}} = nothing; stream = C_NULL) where {T,I<:Union{Int32,Int64}}
     xv = DLView(x)
     iv = DLView(indices)
     pv = dlview(probs)
@@ -107,7 +108,7 @@ function dispatch(d::Dispatcher, x::Matrix{T}, indices::Matrix{I},
     GC.@preserve d xv iv pv begin
         st = @ccall $(fn(:moe_dispatcher_dispatch))(handle(d)::Ptr{Cvoid}, xv.tensor::Ref{DLTensor},
                                                     iv.tensor::Ref{DLTensor}, tensorptr(pv)::Ptr{DLTensor},
-                                                    out::Ref{Ptr{Cvoid}}, C_NULL::Ptr{Cvoid})::Int32
+                                                    out::Ref{Ptr{Cvoid}}, streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, d.ctxp)
     end
     Dispatch(out[], d, size(x, 1), size(x, 2), size(indices, 1))
@@ -142,73 +143,110 @@ function dispatch_rows(h::Dispatch)
     x_rows = Matrix{T}(undef, h.hidden, rx)
     row_probs = Vector{T}(undef, rx)
     counts = Vector{Int64}(undef, local_experts(h.dispatcher)[1])
-    xv = DLView(x_rows)
-    pv = DLView(row_probs)
-    cv = DLView(counts)
+    dispatch_rows!(x_rows, row_probs, counts, h)
+end
+
+"""
+    dispatch_rows!(x_rows, row_probs, tokens_per_expert, h) -> (x_rows, row_probs, tokens_per_expert)
+
+[`dispatch_rows`](@ref) into given arrays on the context's device (`Matrix`/`Vector` or
+[`DeviceArray`](@ref)); any of them may be `nothing`.
+"""
+function dispatch_rows!(x_rows::Union{Nothing,MatrixArg}, row_probs::Union{Nothing,VectorArg},
+                        counts::Union{Nothing,VectorArg{Int64}}, h::Dispatch)
+    xv = dlview(x_rows)
+    pv = dlview(row_probs)
+    cv = dlview(counts)
     GC.@preserve h xv pv cv begin
-        st = @ccall $(fn(:moe_dispatch_rows))(handle(h)::Ptr{Cvoid}, xv.tensor::Ref{DLTensor},
-                                              pv.tensor::Ref{DLTensor}, cv.tensor::Ref{DLTensor})::Int32
+        st = @ccall $(fn(:moe_dispatch_rows))(handle(h)::Ptr{Cvoid}, tensorptr(xv)::Ptr{DLTensor},
+                                              tensorptr(pv)::Ptr{DLTensor}, tensorptr(cv)::Ptr{DLTensor})::Int32
         check(st, ctxptr(h))
     end
     (x_rows, row_probs, counts)
 end
 
 """
-    combine(h, y_rows) -> y
+    combine(h, y_rows; stream = C_NULL) -> y
 
 `y[:, t]` = sum over t's kept assignments of `w * y_rows[:, row]` (w = prob, or 1 when the
 dispatcher was made with `combine = COMBINE_UNWEIGHTED`). `y` is (H, T).
 """
-function combine(h::Dispatch, y_rows::Matrix{T}) where {T}
-    y = Matrix{T}(undef, h.hidden, h.tokens)
+combine(h::Dispatch, y_rows::Matrix{T}; stream = C_NULL) where {T} =
+    combine!(Matrix{T}(undef, h.hidden, h.tokens), h, y_rows; stream = stream)
+
+"""
+    combine!(y, h, y_rows; stream = C_NULL) -> y
+
+[`combine`](@ref) into `y` (H, T); `y` and `y_rows` are on the context's device (`Matrix` or
+[`DeviceArray`](@ref)), the work is ordered on `stream`.
+"""
+function combine!(y::MatrixArg{T}, h::Dispatch, y_rows::MatrixArg{T}; stream = C_NULL) where {T}
     rv = DLView(y_rows)
     yv = DLView(y)
     GC.@preserve h rv yv begin
         st = @ccall $(fn(:moe_dispatch_combine))(handle(h)::Ptr{Cvoid}, rv.tensor::Ref{DLTensor},
-                                                 yv.tensor::Ref{DLTensor}, C_NULL::Ptr{Cvoid})::Int32
+                                                 yv.tensor::Ref{DLTensor}, streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, ctxptr(h))
     end
     y
 end
 
 """
-    combine_backward(h, dy) -> (dy_rows, d_row_probs)
+    combine_backward(h, dy; stream = C_NULL) -> (dy_rows, d_row_probs)
 
 Backward of [`combine`](@ref) for `dy` (H, T).
 """
-function combine_backward(h::Dispatch, dy::Matrix{T}) where {T}
+function combine_backward(h::Dispatch, dy::Matrix{T}; stream = C_NULL) where {T}
     rx = dispatch_info(h).rows
-    dy_rows = Matrix{T}(undef, h.hidden, rx)
-    d_row_probs = Vector{T}(undef, rx)
+    combine_backward!(Matrix{T}(undef, h.hidden, rx), Vector{T}(undef, rx), h, dy; stream = stream)
+end
+
+"""
+    combine_backward!(dy_rows, d_row_probs, h, dy; stream = C_NULL) -> (dy_rows, d_row_probs)
+
+[`combine_backward`](@ref) into given arrays on the context's device; `d_row_probs` may be `nothing`.
+"""
+function combine_backward!(dy_rows::MatrixArg{T}, d_row_probs::Union{Nothing,VectorArg{T}}, h::Dispatch,
+                           dy::MatrixArg{T}; stream = C_NULL) where {T}
     dv = DLView(dy)
     rv = DLView(dy_rows)
-    pv = DLView(d_row_probs)
+    pv = dlview(d_row_probs)
     GC.@preserve h dv rv pv begin
         st = @ccall $(fn(:moe_dispatch_combine_backward))(handle(h)::Ptr{Cvoid}, dv.tensor::Ref{DLTensor},
-                                                          rv.tensor::Ref{DLTensor}, pv.tensor::Ref{DLTensor},
-                                                          C_NULL::Ptr{Cvoid})::Int32
+                                                          rv.tensor::Ref{DLTensor}, tensorptr(pv)::Ptr{DLTensor},
+                                                          streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, ctxptr(h))
     end
     (dy_rows, d_row_probs)
 end
 
 """
-    dispatch_backward(h, dx_rows, d_row_probs = nothing) -> (dx, dprobs)
+    dispatch_backward(h, dx_rows, d_row_probs = nothing; stream = C_NULL) -> (dx, dprobs)
 
 Backward of the dispatch: `dx` (H, T) sums each token's kept rows; `dprobs` (K, T) holds each
 assignment's row gradient (0 if dropped).
 """
-function dispatch_backward(h::Dispatch, dx_rows::Matrix{T}, d_row_probs::Union{Nothing,Vector{T}} = nothing) where {T}
-    dx = Matrix{T}(undef, h.hidden, h.tokens)
-    dprobs = Matrix{T}(undef, h.top_k, h.tokens)
+function dispatch_backward(h::Dispatch, dx_rows::Matrix{T}, d_row_probs::Union{Nothing,Vector{T}} = nothing;
+                           stream = C_NULL) where {T}
+    dispatch_backward!(Matrix{T}(undef, h.hidden, h.tokens), Matrix{T}(undef, h.top_k, h.tokens), h, dx_rows,
+                       d_row_probs; stream = stream)
+end
+
+"""
+    dispatch_backward!(dx, dprobs, h, dx_rows, d_row_probs = nothing; stream = C_NULL) -> (dx, dprobs)
+
+[`dispatch_backward`](@ref) into given arrays on the context's device; `dprobs` may be `nothing`.
+"""
+function dispatch_backward!(dx::MatrixArg{T}, dprobs::Union{Nothing,MatrixArg{T}}, h::Dispatch, dx_rows::MatrixArg{T},
+                            d_row_probs::Union{Nothing,VectorArg{T}} = nothing; stream = C_NULL) where {T}
     rv = DLView(dx_rows)
     pv = dlview(d_row_probs)
     xv = DLView(dx)
-    qv = DLView(dprobs)
+    qv = dlview(dprobs)
     GC.@preserve h rv pv xv qv begin
         st = @ccall $(fn(:moe_dispatch_backward))(handle(h)::Ptr{Cvoid}, rv.tensor::Ref{DLTensor},
                                                   tensorptr(pv)::Ptr{DLTensor}, xv.tensor::Ref{DLTensor},
-                                                  qv.tensor::Ref{DLTensor}, C_NULL::Ptr{Cvoid})::Int32
+                                                  tensorptr(qv)::Ptr{DLTensor}, streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, ctxptr(h))
     end
     (dx, dprobs)

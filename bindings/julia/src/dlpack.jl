@@ -36,6 +36,10 @@ const kDLInt = 0x00
 const kDLUInt = 0x01
 const kDLFloat = 0x02
 
+# DLPack device types (= MOE_DEVICE_CPU / MOE_DEVICE_CUDA)
+const kDLCPU = Int32(1)
+const kDLCUDA = Int32(2)
+
 dltype(::Type{Float32}) = DLDataType(kDLFloat, 32, 1)
 dltype(::Type{Float64}) = DLDataType(kDLFloat, 64, 1)
 dltype(::Type{Int32}) = DLDataType(kDLInt, 32, 1)
@@ -54,14 +58,67 @@ function juliatype(d::DLDataType)
 end
 
 """
-A borrowed DLTensor describing a Julia array. It owns the shape/strides vectors its raw pointers
-point into and references the array, so `GC.@preserve view` around a call keeps all of them alive.
+    DeviceArray{T}(ptr, dims...; device_id = 0, device_type = DEVICE_CUDA)
+    DeviceArray(ptr::Ptr{T}, dims...; device_id = 0, device_type = DEVICE_CUDA)
+
+A dense array of `T` in memory Julia does not own: a CUDA context's tensors on CUDA device
+`device_id` (from the CUDA runtime, CUDA.jl's `pointer(cu_array)`, another library). `ptr` is the
+address (a `Ptr` or an integer), `dims` the size in Julia order, like every array in this package: a
+`DeviceArray{Float32}(p, H, T)` is the C tensor [T, H]. The package never reads or writes the memory;
+it only describes it to the library as a DLPack tensor (`data = ptr`, `device = (kDLCUDA, device_id)`,
+the reversed shape, `T`'s dtype, strides NULL), and the library checks that the device is the
+context's. The memory must hold `prod(dims)` elements and stay valid until the call's work on its
+stream is done. Not an `AbstractArray`: it cannot be indexed from Julia.
+"""
+struct DeviceArray{T,N}
+    ptr::Ptr{T}
+    dims::NTuple{N,Int}
+    device::DLDevice
+    function DeviceArray{T,N}(ptr::Ptr{T}, dims::NTuple{N,Int}, device::DLDevice) where {T,N}
+        dltype(T) # throws for an element type without a DLPack code here
+        all(d -> d >= 0, dims) || throw(ArgumentError("DeviceArray: negative dimension in $dims"))
+        new{T,N}(ptr, dims, device)
+    end
+end
+
+DeviceArray{T}(ptr::Union{Ptr,Integer}, dims::Integer...; device_id::Integer = 0,
+               device_type::Integer = DEVICE_CUDA) where {T} =
+    DeviceArray{T,length(dims)}(Ptr{T}(UInt(ptr)), map(Int, dims), DLDevice(device_type, device_id))
+DeviceArray(ptr::Ptr{T}, dims::Integer...; kwargs...) where {T} = DeviceArray{T}(ptr, dims...; kwargs...)
+
+Base.size(a::DeviceArray) = a.dims
+Base.size(a::DeviceArray, i::Integer) = i <= length(a.dims) ? a.dims[i] : 1
+Base.length(a::DeviceArray) = prod(a.dims)
+Base.ndims(::DeviceArray{T,N}) where {T,N} = N
+Base.eltype(::Type{DeviceArray{T,N}}) where {T,N} = T
+Base.pointer(a::DeviceArray) = a.ptr
+
+"""
+    device(a::DeviceArray) -> (device_type, device_id)
+    device(ctx::Context) -> (device_type, device_id)
+"""
+device(a::DeviceArray) = (a.device.device_type, a.device.device_id)
+
+# The argument types of the calls that take a matrix or vector on the context's device.
+const MatrixArg{T} = Union{Matrix{T},DeviceArray{T,2}}
+const VectorArg{T} = Union{Vector{T},DeviceArray{T,1}}
+
+"""
+A borrowed DLTensor describing a Julia array or a [`DeviceArray`](@ref). It owns the shape/strides
+vectors its raw pointers point into and references the array, so `GC.@preserve view` around a call
+keeps all of them alive.
 """
 struct DLView
     tensor::Base.RefValue{DLTensor}
     shape::Vector{Int64}
     strides::Vector{Int64}
-    array::AbstractArray
+    array::Any
+end
+
+function DLView(a::DeviceArray{T,N}) where {T,N}
+    shape = Int64[reverse(a.dims)...]
+    t = DLTensor(Ptr{Cvoid}(a.ptr), a.device, N, dltype(T), pointer(shape), Ptr{Int64}(C_NULL), 0)
+    DLView(Ref(t), shape, Int64[], a)
 end
 
 function DLView(a::StridedArray{T,N}) where {T,N}
@@ -69,13 +126,20 @@ function DLView(a::StridedArray{T,N}) where {T,N}
     # Array is always compact: NULL strides is what the shape-checked calls expect.
     strides_ = a isa Array ? Int64[] : Int64[reverse(strides(a))...]
     sp = isempty(strides_) ? Ptr{Int64}(C_NULL) : pointer(strides_)
-    t = DLTensor(Ptr{Cvoid}(pointer(a)), DLDevice(DEVICE_CPU, 0), N, dltype(T), pointer(shape), sp, 0)
+    t = DLTensor(Ptr{Cvoid}(pointer(a)), DLDevice(kDLCPU, 0), N, dltype(T), pointer(shape), sp, 0)
     DLView(Ref(t), shape, strides_, a)
 end
 
 # Optional tensor arguments: nothing becomes a NULL DLTensor*.
 dlview(::Nothing) = nothing
 dlview(a::StridedArray) = DLView(a)
+dlview(a::DeviceArray) = DLView(a)
+
+# A stream argument: a cudaStream_t as a Ptr or an integer address; nothing or C_NULL = the
+# context's stream. Passed to the library unchanged.
+streamptr(::Nothing) = C_NULL
+streamptr(s::Ptr) = Ptr{Cvoid}(s)
+streamptr(s::Integer) = Ptr{Cvoid}(UInt(s))
 tensorptr(::Nothing) = Ptr{DLTensor}(C_NULL)
 tensorptr(v::DLView) = Base.unsafe_convert(Ptr{DLTensor}, v.tensor)
 

@@ -93,25 +93,33 @@ end
 """
     expert_counts(layer) -> Vector{Int64}
 
-Tokens each expert received in the training forwards since the last bias update.
+Tokens each expert received in the training forwards since the last bias update (a CPU context's;
+see `expert_counts!`).
 """
-function expert_counts(layer::Layer)
-    counts = zeros(Int64, config(layer).num_experts)
-    v = DLView(counts)
+expert_counts(layer::Layer) = expert_counts!(zeros(Int64, config(layer).num_experts), layer)
+
+"""
+    expert_counts!(out, layer) -> out
+
+The counts into `out`, a `Vector{Int64}` or `DeviceArray{Int64,1}` of length E on the context's device.
+"""
+function expert_counts!(out::VectorArg{Int64}, layer::Layer)
+    v = DLView(out)
     GC.@preserve layer v begin
         st = @ccall $(fn(:moe_layer_expert_counts))(handle(layer)::Ptr{Cvoid}, v.tensor::Ref{DLTensor})::Int32
         check(st, layer.ctxp)
     end
-    counts
+    out
 end
 
 """
     update_expert_bias!(layer, counts = nothing)
 
 `b_i += u * sign(mean(n) - n_i)` with `n = counts` (summed over the data-parallel group) or the
-layer's own counts; then resets the counts.
+layer's own counts; then resets the counts. `counts` is on the context's device (a `DeviceArray{Int64,1}`
+on CUDA).
 """
-function update_expert_bias!(layer::Layer, counts::Union{Nothing,Vector{Int64}} = nothing)
+function update_expert_bias!(layer::Layer, counts::Union{Nothing,VectorArg{Int64}} = nothing)
     v = dlview(counts)
     GC.@preserve layer v begin
         st = @ccall $(fn(:moe_layer_update_expert_bias))(handle(layer)::Ptr{Cvoid}, tensorptr(v)::Ptr{DLTensor})::Int32
@@ -135,15 +143,16 @@ function reset_global_aux!(layer::Layer)
 end
 
 """
-    reduce_grads!(layer)
+    reduce_grads!(layer; stream = C_NULL)
 
 Sums the gradients over their groups (`moe_layer_reduce_grads`): expert weights over the layer's
 `edp` comm, router and shared expert over `dp` (each skipped when the layer has none). Call once
-after the backward of the last micro-batch.
+after the backward of the last micro-batch. The reductions are ordered on `stream` (`C_NULL`: the
+context's stream).
 """
-function reduce_grads!(layer::Layer)
+function reduce_grads!(layer::Layer; stream = C_NULL)
     GC.@preserve layer begin
-        st = @ccall $(fn(:moe_layer_reduce_grads))(handle(layer)::Ptr{Cvoid}, C_NULL::Ptr{Cvoid})::Int32
+        st = @ccall $(fn(:moe_layer_reduce_grads))(handle(layer)::Ptr{Cvoid}, streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     layer

@@ -11,7 +11,7 @@ const LIB_PATH = Ref{String}("")
 const SYMBOL_NAMES = (
     :moe_version_string, :moe_version_number, :moe_status_name, :moe_context_last_error,
     :moe_last_error, :moe_context_config_init, :moe_context_create, :moe_context_destroy,
-    :moe_context_num_threads, :moe_context_memory_stats,
+    :moe_context_num_threads, :moe_context_memory_stats, :moe_context_memory_trim,
     :moe_layer_config_init, :moe_layer_create, :moe_layer_destroy, :moe_layer_get_config,
     :moe_layer_has_param, :moe_layer_param, :moe_layer_grad, :moe_layer_import_param,
     :moe_layer_export_param, :moe_layer_init_params, :moe_layer_zero_grad, :moe_layer_set_grad_mode,

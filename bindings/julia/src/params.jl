@@ -15,9 +15,9 @@ end
     import_param!(layer, slot, a)
 
 Copies `a` into a parameter slot (`moe_layer_import_param`). `a` may be any strided array (a view
-too) of the slot's shape, reversed.
+too) of the slot's shape, reversed, or a [`DeviceArray`](@ref) on a CUDA context's device.
 """
-function import_param!(layer::Layer, slot::Integer, a::StridedArray)
+function import_param!(layer::Layer, slot::Integer, a::Union{StridedArray,DeviceArray})
     v = DLView(a)
     GC.@preserve layer v begin
         st = @ccall $(fn(:moe_layer_import_param))(handle(layer)::Ptr{Cvoid}, Int32(slot)::Int32,
@@ -30,9 +30,10 @@ end
 """
     export_param!(dst, layer, slot; grad = false)
 
-Copies a parameter (or its gradient) into `dst`, a dense array of the slot's shape and dtype.
+Copies a parameter (or its gradient) into `dst`, a dense array of the slot's shape and dtype (a
+[`DeviceArray`](@ref) on a CUDA context).
 """
-function export_param!(dst::Array, layer::Layer, slot::Integer; grad::Bool = false)
+function export_param!(dst::Union{Array,DeviceArray}, layer::Layer, slot::Integer; grad::Bool = false)
     v = DLView(dst)
     GC.@preserve layer v begin
         st = @ccall $(fn(:moe_layer_export_param))(handle(layer)::Ptr{Cvoid}, Int32(slot)::Int32,

@@ -36,75 +36,80 @@ end
 handle(step::Step) = isopen(step) ? step.ptr : throw(closed_error("Step"))
 
 """
-    forward!(y, layer, step, x) -> y
+    forward!(y, layer, step, x; stream = C_NULL) -> y
 
-`y = layer(x)` for `x` and `y` (H, T) dense matrices of the layer's dtype (C [T, H]).
+`y = layer(x)` for `x` and `y` (H, T) dense matrices of the layer's dtype (C [T, H]) on the context's
+device: `Matrix`es on CPU, [`DeviceArray`](@ref)s on CUDA. `stream` (a `cudaStream_t` as a `Ptr` or an
+integer) orders the work; `C_NULL` is the context's stream. CPU contexts ignore it.
 """
-function forward!(y::Matrix{T}, layer::Layer, step::Step, x::Matrix{T}) where {T}
+function forward!(y::MatrixArg{T}, layer::Layer, step::Step, x::MatrixArg{T}; stream = C_NULL) where {T}
     xv = DLView(x)
     yv = DLView(y)
     GC.@preserve layer step xv yv begin
         st = @ccall $(fn(:moe_layer_forward))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
                                               xv.tensor::Ref{DLTensor}, yv.tensor::Ref{DLTensor},
-                                              C_NULL::Ptr{Cvoid})::Int32
+                                              streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     y
 end
 
-forward(layer::Layer, step::Step, x::Matrix) = forward!(similar(x), layer, step, x)
+forward(layer::Layer, step::Step, x::Matrix; stream = C_NULL) =
+    forward!(similar(x), layer, step, x; stream = stream)
 
 """
-    backward!(dx, layer, step, dy) -> dx
+    backward!(dx, layer, step, dy; stream = C_NULL) -> dx
 
 Backward of `step`'s forward: writes `dx` (H, T) and accumulates (or overwrites, per the grad
-mode) the parameter gradients.
+mode) the parameter gradients. `dx`, `dy` and `stream` as in [`forward!`](@ref).
 """
-function backward!(dx::Matrix{T}, layer::Layer, step::Step, dy::Matrix{T}) where {T}
+function backward!(dx::MatrixArg{T}, layer::Layer, step::Step, dy::MatrixArg{T}; stream = C_NULL) where {T}
     dyv = DLView(dy)
     dxv = DLView(dx)
     GC.@preserve layer step dyv dxv begin
         st = @ccall $(fn(:moe_layer_backward))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
                                                dyv.tensor::Ref{DLTensor}, dxv.tensor::Ref{DLTensor},
-                                               C_NULL::Ptr{Cvoid})::Int32
+                                               streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     dx
 end
 
-backward(layer::Layer, step::Step, dy::Matrix) = backward!(similar(dy), layer, step, dy)
+backward(layer::Layer, step::Step, dy::Matrix; stream = C_NULL) =
+    backward!(similar(dy), layer, step, dy; stream = stream)
 
 """
-    backward_data!(dx, layer, step, dy) -> dx
+    backward_data!(dx, layer, step, dy; stream = C_NULL) -> dx
 
 The first phase of `backward!` (`moe_layer_backward_data`): writes `dx` and keeps what the weight
 phase needs, for pipeline schedules that delay weight gradients. `backward_weights!` completes it;
 the two together equal `backward!`.
 """
-function backward_data!(dx::Matrix{T}, layer::Layer, step::Step, dy::Matrix{T}) where {T}
+function backward_data!(dx::MatrixArg{T}, layer::Layer, step::Step, dy::MatrixArg{T}; stream = C_NULL) where {T}
     dyv = DLView(dy)
     dxv = DLView(dx)
     GC.@preserve layer step dyv dxv begin
         st = @ccall $(fn(:moe_layer_backward_data))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
                                                     dyv.tensor::Ref{DLTensor}, dxv.tensor::Ref{DLTensor},
-                                                    C_NULL::Ptr{Cvoid})::Int32
+                                                    streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     dx
 end
 
-backward_data(layer::Layer, step::Step, dy::Matrix) = backward_data!(similar(dy), layer, step, dy)
+backward_data(layer::Layer, step::Step, dy::Matrix; stream = C_NULL) =
+    backward_data!(similar(dy), layer, step, dy; stream = stream)
 
 """
-    backward_weights!(layer, step) -> layer
+    backward_weights!(layer, step; stream = C_NULL) -> layer
 
 The second phase (`moe_layer_backward_weights`): adds `step`'s parameter gradients (accumulated or
-overwritten, per the grad mode), after `backward_data!` on the same step.
+overwritten, per the grad mode), after `backward_data!` on the same step, ordered on `stream`.
 """
-function backward_weights!(layer::Layer, step::Step)
+function backward_weights!(layer::Layer, step::Step; stream = C_NULL)
     GC.@preserve layer step begin
         st = @ccall $(fn(:moe_layer_backward_weights))(handle(layer)::Ptr{Cvoid}, handle(step)::Ptr{Cvoid},
-                                                       C_NULL::Ptr{Cvoid})::Int32
+                                                       streamptr(stream)::Ptr{Cvoid})::Int32
         check(st, layer.ctxp)
     end
     layer

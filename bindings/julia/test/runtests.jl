@@ -1,5 +1,6 @@
 # LibMoE's tests: the shared fixture's values, errors, ownership and teardown, the dispatcher,
-# comms (self and Julia hooks), layouts, parallel layers and the two-phase backward.
+# comms (self and Julia hooks), layouts, parallel layers, the two-phase backward, and device arrays,
+# CUDA contexts and streams (no GPU needed).
 #
 #   MOE_FIXTURE=fixture.txt MOE_LIB_DIR=build julia --project=bindings/julia bindings/julia/test/runtests.jl
 #
@@ -18,7 +19,9 @@ include("hooks_helpers.jl")
     end
     @testset "ABI struct sizes (x86_64, as gcc lays out abi/moe.h)" begin
         @test sizeof(LibMoE.ContextConfig) == 56
-        @test sizeof(LibMoE.LayerConfig) == 136
+        @test sizeof(LibMoE.LayerConfig) == 144
+        @test fieldoffset(LibMoE.LayerConfig, Base.fieldindex(LibMoE.LayerConfig, :graphs)) == 136
+        @test sizeof(LibMoE.MemoryStats) == 200
         @test sizeof(LibMoE.StepConfig) == 24
         @test sizeof(LibMoE.DispatcherConfig) == 64
         @test sizeof(LibMoE.RoutingStats) == 64
@@ -44,4 +47,5 @@ include("hooks_helpers.jl")
     include("backward_phase_tests.jl")
     include("comm_ownership_tests.jl")
     include("two_rank_tests.jl")
+    include("device_tests.jl")
 end

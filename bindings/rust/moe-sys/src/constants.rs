@@ -75,6 +75,9 @@ pub const MOE_DTYPE_INT64: i32 = 3;
 pub const MOE_NONFINITE_REJECT: i32 = 0;
 pub const MOE_NONFINITE_PROPAGATE: i32 = 1;
 
+pub const MOE_GRAPHS_AUTO: i32 = 0;
+pub const MOE_GRAPHS_OFF: i32 = 1;
+
 // ---- parameter slots
 pub const MOE_PARAM_ROUTER_WEIGHT: i32 = 0;
 pub const MOE_PARAM_EXPERT_FC1: i32 = 1;

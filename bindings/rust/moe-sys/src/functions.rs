@@ -22,6 +22,7 @@ extern "C" {
     pub fn moe_context_destroy(ctx: *mut moe_context);
     pub fn moe_context_num_threads(ctx: *const moe_context, out: *mut i32) -> i32;
     pub fn moe_context_memory_stats(ctx: *const moe_context, stats: *mut moe_memory_stats) -> i32;
+    pub fn moe_context_memory_trim(ctx: *mut moe_context, stream: *mut c_void) -> i32;
 
     // ---- layer
     pub fn moe_layer_config_init(cfg: *mut moe_layer_config, struct_size: usize) -> i32;

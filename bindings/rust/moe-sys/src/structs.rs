@@ -43,6 +43,12 @@ pub struct moe_memory_stats {
     pub total_current_bytes: i64,
     pub total_peak_bytes: i64,
     pub num_allocations: i64,
+    // since 0.2 (struct_size covers them): the built-in caching pool
+    pub cached_bytes: i64,
+    pub reserved_bytes: i64,
+    pub peak_reserved_bytes: i64,
+    pub device_allocations: i64,
+    pub trims: i64,
 }
 
 #[repr(C)]
@@ -75,6 +81,9 @@ pub struct moe_layer_config {
     pub nonfinite_policy: i32,
     pub reserved0: i32,
     pub seed: u64,
+    /// MOE_GRAPHS_* (since 0.2, struct_size covers it)
+    pub graphs: i32,
+    pub reserved1: i32,
 }
 
 #[repr(C)]

@@ -40,13 +40,14 @@ fn rust_layouts() -> Vec<Layout> {
             struct_size, api_version, next, device_type, device_id, num_threads, reserved0, allocator, logger, profiler
         }),
         layout!(moe_memory_stats {
-            struct_size, reserved, current_bytes, peak_bytes, total_current_bytes, total_peak_bytes, num_allocations
+            struct_size, reserved, current_bytes, peak_bytes, total_current_bytes, total_peak_bytes, num_allocations,
+            cached_bytes, reserved_bytes, peak_reserved_bytes, device_allocations, trims
         }),
         layout!(moe_layer_config {
             struct_size, api_version, next, hidden_size, ffn_hidden_size, num_experts, top_k, activation,
             score_function, num_groups, group_topk, scaling_factor, expert_bias, bias_update_rate, aux_loss_type,
             aux_loss_coeff, seq_length, z_loss_coeff, capacity_factor, drop_policy, pad_to_capacity,
-            shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed
+            shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed, graphs, reserved1
         }),
         layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale }),
         layout!(moe_routing_stats {

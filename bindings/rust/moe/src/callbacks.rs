@@ -8,6 +8,7 @@ use std::ptr::NonNull;
 
 use moe_sys as sys;
 
+use crate::device::{Device, Stream};
 use crate::unit::{panic_message, record_failure, FailureSlot};
 
 /// Severity of a log message; messages up to the logger's `max_level` are delivered.
@@ -42,12 +43,33 @@ impl LogLevel {
 /// Memory for the engine. `alloc` returns `None` on failure (the call then fails with
 /// MOE_ERR_OUT_OF_MEMORY); the engine frees every block it got, with its size.
 ///
+/// The engine calls `alloc_on` / `free_on`, which add the context's device and the stream of the
+/// libmoe call that allocates or frees (the caller's `Stream`, or the context's own for
+/// `Stream::DEFAULT`); by default they forward to `alloc` / `free`. A CUDA context's allocator
+/// overrides them to hand out device memory in that stream's order (`cudaMallocAsync` /
+/// `cudaFreeAsync`); a CPU context passes whatever stream value the caller gave, unused.
+///
 /// # Safety
-/// `alloc` must return a block of at least `bytes` bytes aligned to `alignment`, valid and not
-/// used elsewhere until `free` is called with it.
+/// `alloc` (`alloc_on`) must return a block of at least `bytes` bytes aligned to `alignment`, on
+/// the given device, valid and not used elsewhere until `free` (`free_on`) is called with it.
 pub unsafe trait Allocator: Send + 'static {
     fn alloc(&mut self, bytes: usize, alignment: usize) -> Option<NonNull<u8>>;
     fn free(&mut self, ptr: NonNull<u8>, bytes: usize);
+
+    fn alloc_on(&mut self, bytes: usize, alignment: usize, device: Device, stream: Stream) -> Option<NonNull<u8>> {
+        let _ = (device, stream);
+        self.alloc(bytes, alignment)
+    }
+
+    fn free_on(&mut self, ptr: NonNull<u8>, bytes: usize, device: Device, stream: Stream) {
+        let _ = (device, stream);
+        self.free(ptr, bytes)
+    }
+}
+
+/// The device of an allocator call: the engine only makes CPU and CUDA contexts.
+fn hook_device(device_type: i32, device_id: i32) -> Device {
+    Device::from_dl(sys::DLDevice { device_type, device_id }).unwrap_or(Device::Cpu)
 }
 
 /// A profiler range event: the engine pushes named ranges ("moe.router", ...) and pops them.
@@ -135,12 +157,13 @@ unsafe extern "C" fn alloc_trampoline(
     user_data: *mut c_void,
     bytes: usize,
     alignment: usize,
-    _device_type: i32,
-    _device_id: i32,
-    _stream: *mut c_void,
+    device_type: i32,
+    device_id: i32,
+    stream: *mut c_void,
 ) -> *mut c_void {
     let st = &mut *user_data.cast::<HookState<dyn Allocator>>();
-    let r = guarded(&st.failures, "allocator", || st.f.alloc(bytes, alignment));
+    let (dev, stream) = (hook_device(device_type, device_id), Stream::from_engine(stream));
+    let r = guarded(&st.failures, "allocator", || st.f.alloc_on(bytes, alignment, dev, stream));
     r.flatten().map_or(std::ptr::null_mut(), |p| p.as_ptr().cast())
 }
 
@@ -148,13 +171,14 @@ unsafe extern "C" fn free_trampoline(
     user_data: *mut c_void,
     ptr: *mut c_void,
     bytes: usize,
-    _device_type: i32,
-    _device_id: i32,
-    _stream: *mut c_void,
+    device_type: i32,
+    device_id: i32,
+    stream: *mut c_void,
 ) {
     let st = &mut *user_data.cast::<HookState<dyn Allocator>>();
+    let (dev, stream) = (hook_device(device_type, device_id), Stream::from_engine(stream));
     if let Some(p) = NonNull::new(ptr.cast::<u8>()) {
-        guarded(&st.failures, "allocator free", || st.f.free(p, bytes));
+        guarded(&st.failures, "allocator free", || st.f.free_on(p, bytes, dev, stream));
     }
 }
 

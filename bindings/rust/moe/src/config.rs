@@ -43,6 +43,9 @@ c_enum!(
     Routing { ExpertIndices = sys::MOE_ROUTING_EXPERT_INDICES, Probs = sys::MOE_ROUTING_PROBS,
               TokensPerExpert = sys::MOE_ROUTING_TOKENS_PER_EXPERT, KeptPerExpert = sys::MOE_ROUTING_KEPT_PER_EXPERT,
               DroppedMask = sys::MOE_ROUTING_DROPPED_MASK });
+c_enum!(
+    /// Whether a layer captures its calls as CUDA Graphs and replays them (`MOE_GRAPHS_*`).
+    Graphs { Auto = sys::MOE_GRAPHS_AUTO, Off = sys::MOE_GRAPHS_OFF });
 c_enum!(DispatcherKind { AllToAll = sys::MOE_DISPATCHER_ALL_TO_ALL, AllGather = sys::MOE_DISPATCHER_ALL_GATHER });
 
 /// Generates chained setters that write one C field each.
@@ -102,6 +105,8 @@ impl LayerConfig {
         param_dtype: DType => |c, v| c.param_dtype = v.code();
         nonfinite_policy: NonfinitePolicy => |c, v| c.nonfinite_policy = v.code();
         seed: u64 => |c, v| c.seed = v;
+        /// CUDA Graphs for static-shape calls (default `Graphs::Auto`; no effect on CPU)
+        graphs: Graphs => |c, v| c.graphs = v.code();
     }
 
     /// The C struct (e.g. to read a resolved config from `Layer::config`).

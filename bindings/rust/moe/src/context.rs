@@ -1,4 +1,4 @@
-//! `Context`: a device binding (CPU), thread count, hooks and the memory ledger. Layers, comms and
+//! `Context`: a device binding (CPU or CUDA), thread count, hooks and the memory ledger. Layers, comms and
 //! dispatchers are created from it; they keep the C context alive, so the `Context` handle may be
 //! dropped before them.
 use std::sync::{Arc, Mutex};
@@ -6,17 +6,20 @@ use std::sync::{Arc, Mutex};
 use moe_sys as sys;
 
 use crate::callbacks::{self, Allocator, LogLevel, RangeEvent};
+use crate::device::{Device, Stream};
 use crate::error::{check_no_context, Error, Result};
 use crate::unit::{FailureSlot, NotSync, Unit};
 
 pub struct Context {
     pub(crate) unit: Arc<Unit>,
+    device: Device,
     _not_sync: NotSync,
 }
 
 /// Builds a context: defaults from `moe_context_config_init`, then what the builder sets.
 #[derive(Default)]
 pub struct ContextBuilder {
+    device: Device,
     num_threads: i32,
     logger: Option<(LogLevel, callbacks::LogFn)>,
     allocator: Option<Box<dyn Allocator>>,
@@ -24,6 +27,15 @@ pub struct ContextBuilder {
 }
 
 impl ContextBuilder {
+    /// The device the context computes on (default `Device::Cpu`). `Device::Cuda(n)` needs a libmoe
+    /// built with the CUDA backend (`build_features() & MOE_FEATURE_CUDA`) and a visible device `n`;
+    /// otherwise `build` fails with `Status::Unsupported` (or `InvalidArgument` for a bad id) and the
+    /// library's message. A CUDA context's tensors are `DeviceTensor`s on that device.
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
     /// CPU worker threads; 0 = one per online core (results do not depend on it).
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = i32::try_from(n).unwrap_or(i32::MAX);
@@ -59,6 +71,8 @@ impl ContextBuilder {
             return Err(Error::invalid("num_threads is too large"));
         }
         cfg.num_threads = self.num_threads;
+        cfg.device_type = self.device.device_type();
+        cfg.device_id = self.device.device_id();
         let failures: FailureSlot = Arc::new(Mutex::new(None));
         let logger = self.logger.map(|(lvl, f)| callbacks::logger_table(lvl, f, failures.clone()));
         let allocator = self.allocator.map(|a| callbacks::allocator_table(a, failures.clone()));
@@ -90,7 +104,7 @@ impl ContextBuilder {
             }
             return Err(check_no_context(st).unwrap_err());
         }
-        Ok(Context { unit: Unit::new(ctx, failures), _not_sync: NotSync::default() })
+        Ok(Context { unit: Unit::new(ctx, failures), device: self.device, _not_sync: NotSync::default() })
     }
 }
 
@@ -103,6 +117,15 @@ pub struct MemoryStats {
     pub total_peak_bytes: i64,
     /// live allocations
     pub num_allocations: i64,
+    /// freed blocks the built-in caching pool keeps for reuse (0 with a host allocator)
+    pub cached_bytes: i64,
+    /// total_current_bytes + cached_bytes: what the context holds
+    pub reserved_bytes: i64,
+    pub peak_reserved_bytes: i64,
+    /// raw device allocations since creation (constant in a steady state)
+    pub device_allocations: i64,
+    /// times the cache was emptied (`memory_trim`, out-of-memory retries)
+    pub trims: i64,
 }
 
 impl Context {
@@ -113,6 +136,11 @@ impl Context {
 
     pub fn builder() -> ContextBuilder {
         ContextBuilder::default()
+    }
+
+    /// The device the context was built for.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     pub fn num_threads(&self) -> Result<usize> {
@@ -135,7 +163,24 @@ impl Context {
             total_current_bytes: s.total_current_bytes,
             total_peak_bytes: s.total_peak_bytes,
             num_allocations: s.num_allocations,
+            cached_bytes: s.cached_bytes,
+            reserved_bytes: s.reserved_bytes,
+            peak_reserved_bytes: s.peak_reserved_bytes,
+            device_allocations: s.device_allocations,
+            trims: s.trims,
         })
+    }
+
+    /// Gives every cached free block of the built-in pool back to the device (live allocations are
+    /// untouched), waiting for the context's stream.
+    pub fn memory_trim(&self) -> Result<()> {
+        self.memory_trim_on(Stream::DEFAULT)
+    }
+
+    /// `memory_trim`, waiting for `stream`'s work that may still use the blocks.
+    pub fn memory_trim_on(&self, stream: Stream) -> Result<()> {
+        let g = self.unit.enter()?;
+        g.check(unsafe { sys::moe_context_memory_trim(self.unit.ctx(), stream.as_raw()) })
     }
 
     /// The context's last error message ("" if none yet).

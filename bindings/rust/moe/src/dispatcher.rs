@@ -8,8 +8,9 @@ use moe_sys as sys;
 use crate::comm::Comm;
 use crate::config::{c_enum, init_ok, setters, DType, DispatcherKind, DropPolicy};
 use crate::context::Context;
+use crate::device::Stream;
 use crate::error::{Error, Result};
-use crate::tensor::{Element, TensorMut, TensorRef};
+use crate::tensor::{AsTensor, AsTensorMut, Element, TensorMut, TensorRef};
 use crate::unit::{NotSync, Unit};
 
 c_enum!(Combine { Weighted = sys::MOE_COMBINE_WEIGHTED, Unweighted = sys::MOE_COMBINE_UNWEIGHTED });
@@ -96,12 +97,23 @@ impl Dispatcher {
         indices: &TensorRef<'_, I>,
         probs: Option<&TensorRef<'_, T>>,
     ) -> Result<Dispatch> {
-        let (xt, it) = (x.dl(), indices.dl());
-        let pt = probs.map(|p| p.dl());
+        self.dispatch_on(x, indices, probs.map(|p| p as &dyn AsTensor<T>), Stream::DEFAULT)
+    }
+
+    /// `dispatch` for tensors on the context's device (`DeviceTensor`s on CUDA), ordered on `stream`.
+    pub fn dispatch_on<T: Element, I: Element>(
+        &mut self,
+        x: &(impl AsTensor<T> + ?Sized),
+        indices: &(impl AsTensor<I> + ?Sized),
+        probs: Option<&dyn AsTensor<T>>,
+        stream: Stream,
+    ) -> Result<Dispatch> {
+        let (xt, it) = (x.dl_in(), indices.dl_in());
+        let pt = probs.map(|p| p.dl_in());
         let pp = pt.as_ref().map_or(std::ptr::null(), |p| p as *const sys::DLTensor);
         let g = self.unit.enter()?;
         let mut out = std::ptr::null_mut();
-        g.check(unsafe { sys::moe_dispatcher_dispatch(self.raw, &xt, &it, pp, &mut out, std::ptr::null_mut()) })?;
+        g.check(unsafe { sys::moe_dispatcher_dispatch(self.raw, &xt, &it, pp, &mut out, stream.as_raw()) })?;
         Ok(Dispatch { raw: out, unit: self.unit.clone(), _not_sync: NotSync::default() })
     }
 }
@@ -123,8 +135,16 @@ pub struct Dispatch {
 // SAFETY: every C call on `raw` happens under the unit's lock.
 unsafe impl Send for Dispatch {}
 
-fn opt_mut<T: Element>(t: Option<&mut TensorMut<'_, T>>) -> Option<sys::DLTensor> {
-    t.map(|t| t.dl())
+fn opt_mut<'a, 'b: 'a, T: Element>(t: Option<&'a mut TensorMut<'b, T>>) -> Option<&'a mut (dyn AsTensorMut<T> + 'a)> {
+    t.map(|t| t as &mut (dyn AsTensorMut<T> + 'a))
+}
+
+fn opt_ref<'a, 'b: 'a, T: Element>(t: Option<&'a TensorRef<'b, T>>) -> Option<&'a (dyn AsTensor<T> + 'a)> {
+    t.map(|t| t as &(dyn AsTensor<T> + 'a))
+}
+
+fn dl_mut<T: Element>(t: Option<&mut dyn AsTensorMut<T>>) -> Option<sys::DLTensor> {
+    t.map(|t| t.dl_out())
 }
 
 fn ptr_mut(t: &mut Option<sys::DLTensor>) -> *mut sys::DLTensor {
@@ -146,16 +166,40 @@ impl Dispatch {
         row_probs: Option<&mut TensorMut<'_, T>>,
         tokens_per_expert: Option<&mut TensorMut<'_, i64>>,
     ) -> Result<()> {
-        let (mut a, mut b, mut c) = (opt_mut(x_rows), opt_mut(row_probs), opt_mut(tokens_per_expert));
+        self.rows_into(opt_mut(x_rows), opt_mut(row_probs), opt_mut(tokens_per_expert))
+    }
+
+    /// `rows` into tensors on the context's device.
+    pub fn rows_into<T: Element>(
+        &self,
+        x_rows: Option<&mut dyn AsTensorMut<T>>,
+        row_probs: Option<&mut dyn AsTensorMut<T>>,
+        tokens_per_expert: Option<&mut dyn AsTensorMut<i64>>,
+    ) -> Result<()> {
+        let (mut a, mut b, mut c) = (dl_mut(x_rows), dl_mut(row_probs), dl_mut(tokens_per_expert));
         let g = self.unit.enter()?;
         g.check(unsafe { sys::moe_dispatch_rows(self.raw, ptr_mut(&mut a), ptr_mut(&mut b), ptr_mut(&mut c)) })
     }
 
     /// Collective: y [T,H] from the experts' outputs y_rows [Rx,H].
-    pub fn combine<T: Element>(&mut self, y_rows: &TensorRef<'_, T>, y: &mut TensorMut<'_, T>) -> Result<()> {
-        let (rt, mut yt) = (y_rows.dl(), y.dl());
+    pub fn combine<T: Element>(
+        &mut self,
+        y_rows: &(impl AsTensor<T> + ?Sized),
+        y: &mut (impl AsTensorMut<T> + ?Sized),
+    ) -> Result<()> {
+        self.combine_on(y_rows, y, Stream::DEFAULT)
+    }
+
+    /// `combine`, ordered on `stream`.
+    pub fn combine_on<T: Element>(
+        &mut self,
+        y_rows: &(impl AsTensor<T> + ?Sized),
+        y: &mut (impl AsTensorMut<T> + ?Sized),
+        stream: Stream,
+    ) -> Result<()> {
+        let (rt, mut yt) = (y_rows.dl_in(), y.dl_out());
         let g = self.unit.enter()?;
-        g.check(unsafe { sys::moe_dispatch_combine(self.raw, &rt, &mut yt, std::ptr::null_mut()) })
+        g.check(unsafe { sys::moe_dispatch_combine(self.raw, &rt, &mut yt, stream.as_raw()) })
     }
 
     /// Collective: dy [T,H] -> dy_rows [Rx,H] and optionally d_row_probs [Rx].
@@ -165,10 +209,21 @@ impl Dispatch {
         dy_rows: &mut TensorMut<'_, T>,
         d_row_probs: Option<&mut TensorMut<'_, T>>,
     ) -> Result<()> {
-        let (dt, mut rt, mut pt) = (dy.dl(), dy_rows.dl(), opt_mut(d_row_probs));
+        self.combine_backward_on(dy, dy_rows, opt_mut(d_row_probs), Stream::DEFAULT)
+    }
+
+    /// `combine_backward` for tensors on the context's device, ordered on `stream`.
+    pub fn combine_backward_on<T: Element>(
+        &mut self,
+        dy: &(impl AsTensor<T> + ?Sized),
+        dy_rows: &mut (impl AsTensorMut<T> + ?Sized),
+        d_row_probs: Option<&mut dyn AsTensorMut<T>>,
+        stream: Stream,
+    ) -> Result<()> {
+        let (dt, mut rt, mut pt) = (dy.dl_in(), dy_rows.dl_out(), dl_mut(d_row_probs));
         let g = self.unit.enter()?;
         g.check(unsafe {
-            sys::moe_dispatch_combine_backward(self.raw, &dt, &mut rt, ptr_mut(&mut pt), std::ptr::null_mut())
+            sys::moe_dispatch_combine_backward(self.raw, &dt, &mut rt, ptr_mut(&mut pt), stream.as_raw())
         })
     }
 
@@ -180,12 +235,26 @@ impl Dispatch {
         dx: &mut TensorMut<'_, T>,
         dprobs: Option<&mut TensorMut<'_, T>>,
     ) -> Result<()> {
-        let rt = dx_rows.dl();
-        let pt = d_row_probs.map(|p| p.dl());
+        self.backward_on(dx_rows, opt_ref(d_row_probs), dx, opt_mut(dprobs), Stream::DEFAULT)
+    }
+
+    /// `backward` for tensors on the context's device, ordered on `stream`.
+    pub fn backward_on<T: Element>(
+        &mut self,
+        dx_rows: &(impl AsTensor<T> + ?Sized),
+        d_row_probs: Option<&dyn AsTensor<T>>,
+        dx: &mut (impl AsTensorMut<T> + ?Sized),
+        dprobs: Option<&mut dyn AsTensorMut<T>>,
+        stream: Stream,
+    ) -> Result<()> {
+        let rt = dx_rows.dl_in();
+        let pt = d_row_probs.map(|p| p.dl_in());
         let pp = pt.as_ref().map_or(std::ptr::null(), |p| p as *const sys::DLTensor);
-        let (mut xt, mut dpt) = (dx.dl(), opt_mut(dprobs));
+        let (mut xt, mut dpt) = (dx.dl_out(), dl_mut(dprobs));
         let g = self.unit.enter()?;
-        g.check(unsafe { sys::moe_dispatch_backward(self.raw, &rt, pp, &mut xt, ptr_mut(&mut dpt), std::ptr::null_mut()) })
+        g.check(unsafe {
+            sys::moe_dispatch_backward(self.raw, &rt, pp, &mut xt, ptr_mut(&mut dpt), stream.as_raw())
+        })
     }
 }
 

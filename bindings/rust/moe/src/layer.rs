@@ -7,10 +7,11 @@ use moe_sys as sys;
 use crate::comm::Comm;
 use crate::config::{DispatcherKind, GradMode, LayerConfig, Param, StepConfig};
 use crate::context::Context;
+use crate::device::Stream;
 use crate::error::{Error, Result};
 use crate::exported::Exported;
 use crate::step::Step;
-use crate::tensor::{Element, TensorMut, TensorRef};
+use crate::tensor::{AsTensor, AsTensorMut, Element, TensorMut, TensorRef};
 use crate::unit::{NotSync, Unit};
 
 /// Owns one reference to a C layer. Steps and exported views hold their own references, so they
@@ -127,15 +128,21 @@ impl Layer {
         self.export(slot, true)
     }
 
-    /// Copies `src` into a parameter (same shape and dtype, or fp32 into a bf16 slot).
-    pub fn import_param<T: Element>(&mut self, slot: Param, src: &TensorRef<'_, T>) -> Result<()> {
-        let t = src.dl();
+    /// Copies `src` into a parameter (same shape and dtype, or fp32 into a bf16 slot). `src` is on
+    /// the context's device: a `TensorRef` on CPU, a `DeviceTensor` on CUDA.
+    pub fn import_param<T: Element>(&mut self, slot: Param, src: &(impl AsTensor<T> + ?Sized)) -> Result<()> {
+        let t = src.dl_in();
         self.call(|l| unsafe { sys::moe_layer_import_param(l, slot.code(), &t) })
     }
 
-    /// Copies a parameter (`grad` false) or its gradient into `dst`.
-    pub fn export_param<T: Element>(&mut self, slot: Param, grad: bool, dst: &mut TensorMut<'_, T>) -> Result<()> {
-        let mut t = dst.dl();
+    /// Copies a parameter (`grad` false) or its gradient into `dst` (on the context's device).
+    pub fn export_param<T: Element>(
+        &mut self,
+        slot: Param,
+        grad: bool,
+        dst: &mut (impl AsTensorMut<T> + ?Sized),
+    ) -> Result<()> {
+        let mut t = dst.dl_out();
         self.call(|l| unsafe { sys::moe_layer_export_param(l, slot.code(), grad as i32, &mut t) })
     }
 
@@ -158,49 +165,110 @@ impl Layer {
         Ok(Step::new(out, self.unit.clone()))
     }
 
-    /// y = MoE(x); x and y are [T, H] in the layer's dtype.
-    pub fn forward<T: Element>(&mut self, step: &mut Step, x: &TensorRef<'_, T>, y: &mut TensorMut<'_, T>) -> Result<()> {
-        let (xt, mut yt) = (x.dl(), y.dl());
+    /// y = MoE(x); x and y are [T, H] in the layer's dtype, on the context's device. Runs on the
+    /// context's stream (`forward_on` takes one).
+    pub fn forward<T: Element>(
+        &mut self,
+        step: &mut Step,
+        x: &(impl AsTensor<T> + ?Sized),
+        y: &mut (impl AsTensorMut<T> + ?Sized),
+    ) -> Result<()> {
+        self.forward_on(step, x, y, Stream::DEFAULT)
+    }
+
+    /// `forward`, ordered on `stream` (`Stream::DEFAULT`: the context's stream; ignored on CPU).
+    pub fn forward_on<T: Element>(
+        &mut self,
+        step: &mut Step,
+        x: &(impl AsTensor<T> + ?Sized),
+        y: &mut (impl AsTensorMut<T> + ?Sized),
+        stream: Stream,
+    ) -> Result<()> {
+        let (xt, mut yt) = (x.dl_in(), y.dl_out());
         let s = step.raw();
-        self.call(|l| unsafe { sys::moe_layer_forward(l, s, &xt, &mut yt, std::ptr::null_mut()) })
+        self.call(|l| unsafe { sys::moe_layer_forward(l, s, &xt, &mut yt, stream.as_raw()) })
     }
 
     /// dx from dy, and the parameter gradients (accumulated or overwritten per the grad mode).
-    pub fn backward<T: Element>(&mut self, step: &mut Step, dy: &TensorRef<'_, T>, dx: &mut TensorMut<'_, T>) -> Result<()> {
-        let (dyt, mut dxt) = (dy.dl(), dx.dl());
+    pub fn backward<T: Element>(
+        &mut self,
+        step: &mut Step,
+        dy: &(impl AsTensor<T> + ?Sized),
+        dx: &mut (impl AsTensorMut<T> + ?Sized),
+    ) -> Result<()> {
+        self.backward_on(step, dy, dx, Stream::DEFAULT)
+    }
+
+    /// `backward`, ordered on `stream`.
+    pub fn backward_on<T: Element>(
+        &mut self,
+        step: &mut Step,
+        dy: &(impl AsTensor<T> + ?Sized),
+        dx: &mut (impl AsTensorMut<T> + ?Sized),
+        stream: Stream,
+    ) -> Result<()> {
+        let (dyt, mut dxt) = (dy.dl_in(), dx.dl_out());
         let s = step.raw();
-        self.call(|l| unsafe { sys::moe_layer_backward(l, s, &dyt, &mut dxt, std::ptr::null_mut()) })
+        self.call(|l| unsafe { sys::moe_layer_backward(l, s, &dyt, &mut dxt, stream.as_raw()) })
     }
 
     /// The data half of backward (dx); `backward_weights` adds the parameter gradients later.
     pub fn backward_data<T: Element>(
         &mut self,
         step: &mut Step,
-        dy: &TensorRef<'_, T>,
-        dx: &mut TensorMut<'_, T>,
+        dy: &(impl AsTensor<T> + ?Sized),
+        dx: &mut (impl AsTensorMut<T> + ?Sized),
     ) -> Result<()> {
-        let (dyt, mut dxt) = (dy.dl(), dx.dl());
+        self.backward_data_on(step, dy, dx, Stream::DEFAULT)
+    }
+
+    /// `backward_data`, ordered on `stream`.
+    pub fn backward_data_on<T: Element>(
+        &mut self,
+        step: &mut Step,
+        dy: &(impl AsTensor<T> + ?Sized),
+        dx: &mut (impl AsTensorMut<T> + ?Sized),
+        stream: Stream,
+    ) -> Result<()> {
+        let (dyt, mut dxt) = (dy.dl_in(), dx.dl_out());
         let s = step.raw();
-        self.call(|l| unsafe { sys::moe_layer_backward_data(l, s, &dyt, &mut dxt, std::ptr::null_mut()) })
+        self.call(|l| unsafe { sys::moe_layer_backward_data(l, s, &dyt, &mut dxt, stream.as_raw()) })
     }
 
     pub fn backward_weights(&mut self, step: &mut Step) -> Result<()> {
-        let s = step.raw();
-        self.call(|l| unsafe { sys::moe_layer_backward_weights(l, s, std::ptr::null_mut()) })
+        self.backward_weights_on(step, Stream::DEFAULT)
     }
 
-    /// Tokens each expert received in the training forwards since the last bias update ([E]).
+    /// `backward_weights`, ordered on `stream`.
+    pub fn backward_weights_on(&mut self, step: &mut Step, stream: Stream) -> Result<()> {
+        let s = step.raw();
+        self.call(|l| unsafe { sys::moe_layer_backward_weights(l, s, stream.as_raw()) })
+    }
+
+    /// Tokens each expert received in the training forwards since the last bias update ([E]; a CPU
+    /// context's, as `expert_counts_into` with a host vector).
     pub fn expert_counts(&self) -> Result<Vec<i64>> {
         let e = self.config()?.raw.num_experts as usize;
         let mut v = vec![0i64; e];
-        let mut t = TensorMut::vector(&mut v).dl();
-        self.call(|l| unsafe { sys::moe_layer_expert_counts(l, &mut t) })?;
+        self.expert_counts_into(&mut TensorMut::vector(&mut v))?;
         Ok(v)
+    }
+
+    /// Copies the counts into `out` ([E] int64 on the context's device).
+    pub fn expert_counts_into(&self, out: &mut (impl AsTensorMut<i64> + ?Sized)) -> Result<()> {
+        let mut t = out.dl_out();
+        self.call(|l| unsafe { sys::moe_layer_expert_counts(l, &mut t) })
     }
 
     /// b_i += u * sign(mean(n) - n_i) with `counts` (already summed over ranks) or the layer's own.
     pub fn update_expert_bias(&mut self, counts: Option<&[i64]>) -> Result<()> {
-        let t = counts.map(|c| TensorRef::vector(c).dl());
+        let t = counts.map(TensorRef::vector);
+        self.update_expert_bias_from(t.as_ref().map(|t| t as &dyn AsTensor<i64>))
+    }
+
+    /// `update_expert_bias` with counts on the context's device ([E] int64), or the layer's own.
+    pub fn update_expert_bias_from(&mut self, counts: Option<&dyn AsTensor<i64>>) -> Result<()> {
+        let t = counts.map(|c| c.dl_in());
         let p = t.as_ref().map_or(std::ptr::null(), |t| t as *const sys::DLTensor);
         self.call(|l| unsafe { sys::moe_layer_update_expert_bias(l, p) })
     }
@@ -211,7 +279,12 @@ impl Layer {
 
     /// Sums the gradients over the parallel config's edp / dp comms.
     pub fn reduce_grads(&mut self) -> Result<()> {
-        self.call(|l| unsafe { sys::moe_layer_reduce_grads(l, std::ptr::null_mut()) })
+        self.reduce_grads_on(Stream::DEFAULT)
+    }
+
+    /// `reduce_grads`, ordered on `stream` (the reductions read the gradients in its order).
+    pub fn reduce_grads_on(&mut self, stream: Stream) -> Result<()> {
+        self.call(|l| unsafe { sys::moe_layer_reduce_grads(l, stream.as_raw()) })
     }
 
     /// The raw handle, still owned by `self` (same rules as `Context::as_raw`).

@@ -11,7 +11,10 @@
 //! - Callbacks (logger, allocator, profiler, comm hooks) are Rust closures; a panic in one never
 //!   unwinds into C: it fails the libmoe call that ran it with `Status::Callback`.
 //! - Tensors are DLPack views over Rust slices: `TensorRef<'a, T>` borrows `&'a [T]`, `TensorMut<'a, T>`
-//!   borrows `&'a mut [T]`.
+//!   borrows `&'a mut [T]`. `DeviceTensor<T>` describes device memory (CUDA) by raw pointer, shape and
+//!   `Device`; the binding never dereferences it.
+//! - Calls the ABI orders on a stream have an `_on` form taking a `Stream` (a `cudaStream_t`, passed
+//!   through unchanged); the plain form uses the context's stream.
 //!
 //! What the compiler rules out (each block below is a doctest that must FAIL to compile; `cargo test
 //! --doc` checks it, and `scripts/test-rust.sh` runs it):
@@ -52,6 +55,7 @@ mod comm;
 mod comm_hooks;
 mod config;
 mod context;
+mod device;
 mod dispatcher;
 mod error;
 mod exported;
@@ -66,17 +70,18 @@ pub use callbacks::{Allocator, LogLevel, RangeEvent};
 pub use comm::{Comm, CommConfig, CommKind};
 pub use comm_hooks::{AllGatherV, AllToAllV, CommHooks, HookResult, ReduceBuf};
 pub use config::{
-    Activation, AuxLoss, DType, DispatcherKind, DropPolicy, GradMode, LayerConfig, NonfinitePolicy, Param, Routing,
-    ScoreFunction, StepConfig, StepMode,
+    Activation, AuxLoss, DType, DispatcherKind, DropPolicy, GradMode, Graphs, LayerConfig, NonfinitePolicy, Param,
+    Routing, ScoreFunction, StepConfig, StepMode,
 };
 pub use context::{Context, ContextBuilder, MemoryStats};
+pub use device::{Device, Stream};
 pub use dispatcher::{Combine, Dispatch, DispatchInfo, Dispatcher, DispatcherConfig};
 pub use error::{Error, Result, Status};
 pub use exported::Exported;
 pub use layer::{Layer, ParallelConfig};
 pub use layout::{Group, Layout, LayoutConfig, LayoutSizes};
 pub use step::{RoutingStats, Step};
-pub use tensor::{Bf16, Element, TensorMut, TensorRef};
+pub use tensor::{AsTensor, AsTensorMut, Bf16, DeviceTensor, Element, TensorMut, TensorRef};
 pub use version::{build_features, version_number, version_string};
 
 /// The raw FFI crate, for what the safe API does not wrap.

@@ -1,10 +1,13 @@
 //! DLPack views over Rust memory. `TensorRef<'a, T>` borrows `&'a [T]` (inputs),
 //! `TensorMut<'a, T>` borrows `&'a mut [T]` (outputs): the borrow checker then rejects freeing or
 //! reading an output buffer while the view that the library writes through is alive.
+//! `DeviceTensor<T>` describes memory the binding cannot borrow (CUDA device memory, a pointer from
+//! another library): a raw pointer, a shape and a device, never dereferenced by the binding.
 use std::ffi::c_void;
 
 use moe_sys as sys;
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 
 /// Element types libmoe exchanges, with their DLPack dtype.
@@ -75,10 +78,19 @@ impl Shape {
         Ok(Shape { dims, ndim: shape.len() })
     }
 
-    fn dl(&self, data: *mut c_void, dtype: sys::DLDataType) -> sys::DLTensor {
+    /// A shape for memory the binding cannot measure: only the rank and the i64 range are checked.
+    fn unchecked_len(shape: &[usize]) -> Result<Shape> {
+        let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        match numel {
+            Some(n) => Shape::new(shape, n),
+            None => Err(Error::invalid(format!("shape {shape:?} has more elements than fit in usize"))),
+        }
+    }
+
+    fn dl(&self, data: *mut c_void, dtype: sys::DLDataType, device: Device) -> sys::DLTensor {
         sys::DLTensor {
             data,
-            device: sys::DLDevice { device_type: sys::kDLCPU, device_id: 0 },
+            device: device.to_dl(),
             ndim: self.ndim as i32,
             dtype,
             // the library reads shapes through a mutable pointer type but never writes them
@@ -121,7 +133,7 @@ impl<'a, T: Element> TensorRef<'a, T> {
 
     /// The DLTensor the C calls read; it points into `self` and must not outlive it.
     pub(crate) fn dl(&self) -> sys::DLTensor {
-        self.shape.dl(self.data.as_ptr() as *mut c_void, T::DTYPE)
+        self.shape.dl(self.data.as_ptr() as *mut c_void, T::DTYPE, Device::Cpu)
     }
 }
 
@@ -162,6 +174,111 @@ impl<'a, T: Element> TensorMut<'a, T> {
 
     /// The DLTensor the C calls write; `&mut self` keeps the borrow exclusive while it is used.
     pub(crate) fn dl(&mut self) -> sys::DLTensor {
-        self.shape.dl(self.data.as_mut_ptr().cast(), T::DTYPE)
+        self.shape.dl(self.data.as_mut_ptr().cast(), T::DTYPE, Device::Cpu)
+    }
+}
+
+/// A contiguous row-major tensor over memory the binding does not own and never reads or writes:
+/// CUDA device memory (from the CUDA runtime, a framework's tensor, another library), or any other
+/// pointer on the given device. It is only described to libmoe as a DLPack tensor
+/// (`data`, `device`, `shape`, `dtype`); libmoe checks that its device is the context's.
+///
+/// It is `Copy`: one value may be passed as an input to one call and as an output to another. The
+/// borrow checker cannot see this memory, so keeping it alive and not racing on it is the caller's
+/// job (the promise `new` asks for).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceTensor<T: Element> {
+    data: *mut T,
+    shape: Shape,
+    device: Device,
+}
+
+// SAFETY: a description (address, shape, device); the memory's owner upholds `new`'s contract.
+unsafe impl<T: Element> Send for DeviceTensor<T> {}
+unsafe impl<T: Element> Sync for DeviceTensor<T> {}
+
+impl<T: Element> DeviceTensor<T> {
+    /// Describes `shape` elements of `T` at `data` on `device`. Fails (INVALID_ARGUMENT) for more
+    /// than 8 dimensions or a size that does not fit; `data` is not looked at (NULL with a
+    /// non-empty shape is reported by the library when a call gets it).
+    ///
+    /// # Safety
+    /// Whenever the tensor is passed to a libmoe call, `data` must point to at least
+    /// `shape.iter().product()` elements of `T` on `device` (a CUDA context's tensors on its CUDA
+    /// device), valid for reads (inputs) or writes (outputs) until the call's work on its stream is
+    /// done, and not written by anything else meanwhile.
+    pub unsafe fn new(data: *mut T, shape: &[usize], device: Device) -> Result<Self> {
+        Ok(DeviceTensor { data, shape: Shape::unchecked_len(shape)?, device })
+    }
+
+    /// The raw pointer it was made with.
+    pub fn data_ptr(&self) -> *mut T {
+        self.data
+    }
+
+    pub fn shape(&self) -> Vec<usize> {
+        self.shape.dims()
+    }
+
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The DLTensor libmoe gets for this tensor (strides NULL, byte_offset 0). Its `shape` points
+    /// into `self`: use it only while `self` stays where it is.
+    pub fn to_dl(&self) -> sys::DLTensor {
+        self.shape.dl(self.data.cast(), T::DTYPE, self.device)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T: super::Element> Sealed for super::TensorRef<'_, T> {}
+    impl<T: super::Element> Sealed for super::TensorMut<'_, T> {}
+    impl<T: super::Element> Sealed for super::DeviceTensor<T> {}
+}
+
+/// A tensor a call reads: `TensorRef` (a borrowed slice), `TensorMut` or `DeviceTensor`.
+pub trait AsTensor<T: Element>: sealed::Sealed {
+    /// The DLTensor of one call; it points into `self`.
+    #[doc(hidden)]
+    fn dl_in(&self) -> sys::DLTensor;
+}
+
+/// A tensor a call writes: `TensorMut` (a mutably borrowed slice) or `DeviceTensor`.
+pub trait AsTensorMut<T: Element>: sealed::Sealed {
+    /// The DLTensor of one call; it points into `self`.
+    #[doc(hidden)]
+    fn dl_out(&mut self) -> sys::DLTensor;
+}
+
+impl<T: Element> AsTensor<T> for TensorRef<'_, T> {
+    fn dl_in(&self) -> sys::DLTensor {
+        self.dl()
+    }
+}
+
+impl<T: Element> AsTensor<T> for TensorMut<'_, T> {
+    fn dl_in(&self) -> sys::DLTensor {
+        // not through as_ref(): the shape pointer must point into self, not into a temporary
+        self.shape.dl(self.data.as_ptr() as *mut c_void, T::DTYPE, Device::Cpu)
+    }
+}
+
+impl<T: Element> AsTensor<T> for DeviceTensor<T> {
+    fn dl_in(&self) -> sys::DLTensor {
+        self.to_dl()
+    }
+}
+
+impl<T: Element> AsTensorMut<T> for TensorMut<'_, T> {
+    fn dl_out(&mut self) -> sys::DLTensor {
+        self.dl()
+    }
+}
+
+impl<T: Element> AsTensorMut<T> for DeviceTensor<T> {
+    fn dl_out(&mut self) -> sys::DLTensor {
+        self.to_dl()
     }
 }
