@@ -54,6 +54,9 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ptxas-report.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# the kernels' tree object: the same across rebases and merges for as long as kernels/ is unchanged
+ktree=$(git -C "$root" rev-parse --short=12 HEAD:kernels 2>/dev/null || echo unknown)
+commit="$commit, kernels/ tree $ktree"
 dirty=$(git -C "$root" status --porcelain -- kernels 2>/dev/null | head -1 || true)
 [ -z "$dirty" ] || commit="$commit + uncommitted changes in kernels/"
 [ "$mode" = compile ] || commit="$commit (this script's checkout; the log should come from the same tree)"
