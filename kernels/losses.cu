@@ -17,6 +17,8 @@
 
 namespace MOE_KNS {
 
+namespace {
+
 constexpr int AUX_CHUNK = THREADS; /* tokens per partial sum (cpu_loss.c), one per thread of a block */
 
 __device__ __forceinline__ void add_i64(int64_t *p, int64_t v)
@@ -28,11 +30,13 @@ __device__ __forceinline__ void add_i64(int64_t *p, int64_t v)
 #endif
 }
 
-__device__ __forceinline__ bool is_nan_d(double x) { return x != x; }
 __device__ __forceinline__ bool is_inf_d(double x) { return x == INFINITY || x == -INFINITY; }
 
 static bool valid_score(int32_t sf) { return sf >= MOE_SCORE_SOFTMAX && sf <= MOE_SCORE_SQRTSOFTPLUS; }
-__host__ __device__ __forceinline__ bool is_softmax(int32_t sf) { return sf == MOE_SCORE_SOFTMAX || sf == MOE_SCORE_SOFTMAX_PRE_TOPK; }
+__host__ __device__ __forceinline__ bool is_softmax(int32_t sf)
+{
+    return sf == MOE_SCORE_SOFTMAX || sf == MOE_SCORE_SOFTMAX_PRE_TOPK;
+}
 
 /* The workspace when it holds `bytes`, else NULL. */
 static void *workspace_for(const moe_exec *ex, size_t bytes)
@@ -54,7 +58,10 @@ __device__ __forceinline__ float aux_f(int32_t sf, float x, float m)
     return elem_score(sf, x);
 }
 /* s^ = f / z, rounded to real as the CPU does */
-__device__ __forceinline__ float aux_shat(int32_t sf, float x, float m, double z) { return (float)((double)aux_f(sf, x, m) / z); }
+__device__ __forceinline__ float aux_shat(int32_t sf, float x, float m, double z)
+{
+    return (float)((double)aux_f(sf, x, m) / z);
+}
 
 /* Row max as cpu_loss.c's aux_f: l[0] first, then every larger value (a NaN at l[0] stays). */
 __device__ __forceinline__ float row_max_seq(const float *l, int32_t E)
@@ -114,7 +121,8 @@ __device__ __forceinline__ void aux_topk(const AuxP &a, const float *lt, float m
  * expert: the chunk's sum of s^ token by token. out: score_sums (gx = 1: the chunk sums are added
  * to it in order) or the workspace [B, nch, E] (gx = nch: one chunk sum each). */
 template <int VPT>
-__global__ void __launch_bounds__(THREADS, 1) aux_chunks(AuxP a, const float *logits, int64_t *counts, double *out)
+__global__ void __launch_bounds__(THREADS, 1)
+    aux_chunks(AuxP a, const float *logits, int64_t *counts, double *out)
 {
     __shared__ float sm_m[AUX_CHUNK];
     __shared__ double sm_z[AUX_CHUNK];
@@ -162,7 +170,8 @@ __global__ void aux_combine(int64_t B, int32_t E, int64_t nch, const double *par
     }
 }
 
-template <int VPT> static int32_t aux_launch(const moe_exec *ex, const AuxP &a, const float *l, int64_t *counts, double *out)
+template <int VPT>
+static int32_t aux_launch(const moe_exec *ex, const AuxP &a, const float *l, int64_t *counts, double *out)
 {
     int64_t blocks = a.B * a.gx;
     unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
@@ -180,6 +189,7 @@ static int32_t aux_stats(const moe_exec *ex, int32_t score_function, int32_t E, 
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "aux_stats: T = %lld, S = %lld (T must be a multiple of S), "
                           "logits = %p, counts = %p, score_sums = %p", (long long)T, (long long)S, logits,
                           (void *)counts, (void *)score_sums);
+    if (!ex) return no_exec("aux_stats");
     AuxP a;
     a.sf = score_function, a.E = E, a.K = K, a.S = S, a.B = T / S;
     a.nch = (S + AUX_CHUNK - 1) / AUX_CHUNK;
@@ -251,6 +261,7 @@ static int32_t aux_bwd(const moe_exec *ex, int32_t score_function, int32_t E, in
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "aux_bwd: T = %lld, S = %lld (T must be a multiple of S), "
                           "logits = %p, coef = %p, dlogits = %p", (long long)T, (long long)S, logits,
                           (const void *)coef, dlogits);
+    if (!ex) return no_exec("aux_bwd");
     return MOE_LAUNCH(aux_bwd_kernel, grid_for(T * 32), THREADS, ex->stream, score_function, E, T, S,
                       (const float *)logits, coef, (float *)dlogits);
 }
@@ -312,8 +323,9 @@ static int32_t zloss_fwd(const moe_exec *ex, int32_t E, int64_t T, const void *l
     if (E < 1 || T < 0 || !sum_sq)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_fwd: E = %d, T = %lld, sum_sq = %p", E, (long long)T,
                           (void *)sum_sq);
+    if (T > 0 && !logits) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_fwd: logits = NULL");
+    if (!ex) return no_exec("zloss_fwd");
     if (T == 0) return MOE_LAUNCH(store_f64, 1, 1, ex->stream, 0.0, sum_sq);
-    if (!logits) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_fwd: logits = NULL");
     const int64_t nch = (T + AUX_CHUNK - 1) / AUX_CHUNK;
     double *part = nch > 1 ? (double *)workspace_for(ex, sizeof(double) * (size_t)nch) : nullptr;
     const float *l = (const float *)logits;
@@ -325,7 +337,8 @@ static int32_t zloss_fwd(const moe_exec *ex, int32_t E, int64_t T, const void *l
 }
 
 /* dlogits[t,i] += coef * 2 lse_t softmax(l_t)_i; one warp per token (lse: warp sums in double). */
-__global__ void __launch_bounds__(THREADS, 1) zloss_bwd_kernel(int32_t E, int64_t T, const float *logits, double coef, float *dlogits)
+__global__ void __launch_bounds__(THREADS, 1)
+    zloss_bwd_kernel(int32_t E, int64_t T, const float *logits, double coef, float *dlogits)
 {
     const int lane = threadIdx.x & 31;
     for (int64_t t = gtid() >> 5; t < T; t += gstride() >> 5) {
@@ -355,10 +368,12 @@ __global__ void __launch_bounds__(THREADS, 1) zloss_bwd_kernel(int32_t E, int64_
 
 static int32_t zloss_bwd(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double coef, void *dlogits)
 {
-    if (E < 1 || T < 0) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_bwd: E = %d, T = %lld", E, (long long)T);
+    if (E < 1 || T < 0)
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_bwd: E = %d, T = %lld", E, (long long)T);
     if (T == 0) return MOE_OK;
     if (!logits || !dlogits)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "zloss_bwd: logits = %p, dlogits = %p", logits, dlogits);
+    if (!ex) return no_exec("zloss_bwd");
     return MOE_LAUNCH(zloss_bwd_kernel, grid_for(T * 32), THREADS, ex->stream, E, T, (const float *)logits, coef,
                       (float *)dlogits);
 }
@@ -372,9 +387,9 @@ struct AuxLossP {
 };
 
 /* One block: the coefficients element by element as cpu_balance.c, the loss as a block sum. */
-__global__ void __launch_bounds__(THREADS, 1) aux_loss_kernel(AuxLossP p, const int64_t *counts, const double *score_sums,
-                                                           const int64_t *group_tokens, double *global, double *coef,
-                                                           double *loss)
+__global__ void __launch_bounds__(THREADS, 1)
+    aux_loss_kernel(AuxLossP p, const int64_t *counts, const double *score_sums, const int64_t *group_tokens,
+                    double *global, double *coef, double *loss)
 {
     const int tid = threadIdx.x;
     const int32_t E = p.E;
@@ -417,7 +432,8 @@ static int32_t aux_loss(const moe_exec *ex, const moe_aux_params *ap, const int6
                         const int64_t *group_tokens, double *global, double *coef, double *loss)
 {
     if (ex == NULL || ap == NULL)
-        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "aux_loss: ex = %p, ap = %p", (const void *)ex, (const void *)ap);
+        return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "aux_loss: ex = %p, ap = %p", (const void *)ex,
+                          (const void *)ap);
     if (ap->E < 1 || ap->K < 1 || ap->B < 1 || ap->T < 0 || counts == NULL || score_sums == NULL ||
         group_tokens == NULL || coef == NULL || loss == NULL)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "aux_loss: E = %d, K = %d, B = %lld, T = %lld, counts = %p, "
@@ -451,7 +467,8 @@ static int32_t count_add(const moe_exec *ex, int64_t n, const int64_t *src, int6
 }
 
 /* One block: the count total (integer block sum), then b_i += rate * sign(total - E n_i). */
-__global__ void __launch_bounds__(THREADS, 1) bias_update_kernel(int32_t E, const int64_t *counts, double rate, float *bias)
+__global__ void __launch_bounds__(THREADS, 1)
+    bias_update_kernel(int32_t E, const int64_t *counts, double rate, float *bias)
 {
     /* unsigned: wraps like the CPU's int64 arithmetic would on overflow, without undefined behaviour */
     unsigned long long part = 0;
@@ -471,6 +488,8 @@ static int32_t bias_update(const moe_exec *ex, int32_t E, const int64_t *counts,
                           (const void *)ex, E, (const void *)counts, bias);
     return MOE_LAUNCH(bias_update_kernel, 1, THREADS, ex->stream, E, counts, rate, (float *)bias);
 }
+
+} // namespace
 
 void fill_losses(moe_ops *t)
 {

@@ -16,6 +16,8 @@
 
 namespace MOE_KNS {
 
+namespace {
+
 /* The routing parameters a kernel needs (moe_route_params is a host struct). */
 struct RouteP {
     int32_t E, K, sf, G, M; /* G <= 1: no groups */
@@ -288,6 +290,7 @@ static int32_t route_fwd(const moe_exec *ex, const moe_route_params *rp, int64_t
     if (!logits || !idx || !probs)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "route_fwd: logits = %p, idx = %p, probs = %p", logits,
                           (void *)idx, probs);
+    if (!ex) return no_exec("route_fwd");
     const float *l = (const float *)logits, *b = (const float *)bias;
     float *pr = (float *)probs;
     unsigned grid = grid_for(T * 32);
@@ -405,12 +408,15 @@ static int32_t route_bwd(const moe_exec *ex, const moe_route_params *rp, int64_t
     if (!logits || !idx || !dprobs || !dlogits)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "route_bwd: logits = %p, idx = %p, dprobs = %p, dlogits = %p",
                           logits, (const void *)idx, dprobs, dlogits);
+    if (!ex) return no_exec("route_bwd");
     const float *l = (const float *)logits, *dp = (const float *)dprobs;
     float *dl = (float *)dlogits;
     if (p.sf == MOE_SCORE_SOFTMAX_PRE_TOPK)
         return MOE_LAUNCH(route_bwd_pre, grid_for(T * 32), THREADS, ex->stream, p, T, l, idx, dp, dl);
     return MOE_LAUNCH(route_bwd_sel, grid_for(T), THREADS, ex->stream, p, T, l, idx, dp, dl);
 }
+
+} // namespace
 
 void fill_route(moe_ops *t)
 {

@@ -22,6 +22,13 @@
 
 namespace MOE_KNS {
 
+/* The loss ops (losses.cu), filled by fill_route. */
+void fill_losses(moe_ops *t);
+
+/* internal linkage: other kernel files may define helpers of the same names (in the simulator every
+ * __device__ function is a plain inline C++ function of this namespace) */
+namespace {
+
 /* The register path of the row kernels holds VPT values per lane (expert e = lane + 32 j): E up to
  * 32 * ROW_VPT_MAX; wider rows take the path that reads the logits again for every pass. */
 constexpr int ROW_VPT_MAX = 32;
@@ -142,11 +149,19 @@ __device__ __forceinline__ void scan_mem(Cand &c, int lo, int hi, const Cand &pr
         if (after(prev, v, e) && (c.i < 0 || beats(v, c.v))) c = Cand{v, e};
     }
 }
-template <class Row> __device__ __forceinline__ Cand pick_mem(int lo, int hi, const Cand &prev, const Row &row, int lane)
+template <class Row>
+__device__ __forceinline__ Cand pick_mem(int lo, int hi, const Cand &prev, const Row &row, int lane)
 {
     Cand c = no_cand();
     scan_mem(c, lo, hi, prev, row, lane);
     return warp_best(c);
+}
+
+/* The status of an op called without an exec: a device op needs its stream. (The CPU backend runs
+ * some ops without one; checked after the CPU's own checks, so invalid arguments still agree.) */
+static inline int32_t no_exec(const char *op)
+{
+    return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: ex = NULL (a device op needs the exec's stream)", op);
 }
 
 /* VPT of the register path for E experts, or 0 for the memory path. */
@@ -155,8 +170,7 @@ static inline int row_vpt(int32_t E)
     return E <= 32 ? 1 : E <= 64 ? 2 : E <= 128 ? 4 : E <= 256 ? 8 : E <= 512 ? 16 : E <= 1024 ? 32 : 0;
 }
 
-/* The loss ops (losses.cu), filled by fill_route. */
-void fill_losses(moe_ops *t);
+} // namespace
 
 } // namespace MOE_KNS
 

@@ -4,8 +4,9 @@
  *
  * Logits come in four kinds: random, quantised to quarters (many exact ties: the tie rules must
  * agree), large (saturated sigmoid scores, large logsumexp), and random with about one NaN in six
- * (NaN ranks below every number; the real outputs the NaNs reach must be NaN on both sides). Selections given to the backward
- * ops are route_fwd-like (K distinct experts per token); gradients accumulate into random dlogits.
+ * (NaN ranks below every number; the real outputs the NaNs reach must be NaN on both sides).
+ * Selections given to the backward ops are route_fwd-like (K distinct experts per token); gradients
+ * accumulate into random dlogits.
  */
 #include <math.h>
 #include <stdlib.h>
