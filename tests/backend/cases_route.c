@@ -2,15 +2,18 @@
  * Cases of the routing and loss family (MATH.md §2-§3): route_fwd, route_bwd, aux_stats, aux_bwd,
  * zloss_fwd, zloss_bwd, aux_loss, count_add, bias_update.
  *
- * Logits come in three kinds: random, quantised to quarters (many exact ties: the tie rules must
- * agree), and large (saturated sigmoid scores, large logsumexp). Selections given to the backward
- * ops are route_fwd-like (K distinct experts per token); gradients accumulate into random dlogits.
+ * Logits come in four kinds: random, quantised to quarters (many exact ties: the tie rules must
+ * agree), large (saturated sigmoid scores, large logsumexp), and random with about one NaN in six
+ * (NaN ranks below every number; the real outputs the NaNs reach must be NaN on both sides).
+ * Selections given to the backward ops are route_fwd-like (K distinct experts per token); gradients
+ * accumulate into random dlogits.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "harness.h"
 
-enum { L_RANDOM, L_TIES, L_LARGE };
+enum { L_RANDOM, L_TIES, L_LARGE, L_NAN };
 
 static const char *sf_name(int32_t sf)
 {
@@ -26,13 +29,17 @@ static void logits(hx_case *c, int slot, size_t n, int kind)
     for (size_t i = 0; i < n; i++) {
         if (kind == L_TIES) v[i] = (double)hx_int(&c->rng, -8, 9) / 4;
         else if (kind == L_LARGE) v[i] = hx_unif(&c->rng, -40, 40);
+        else if (kind == L_NAN) v[i] = hx_int(&c->rng, 0, 6) == 0 ? NAN : hx_unif(&c->rng, -3, 3);
         else v[i] = hx_unif(&c->rng, -3, 3);
     }
     hx_real(c, slot, "logits", HX_IN, n, v);
     free(v);
 }
 
-static const char *kind_name(int kind) { return kind == L_TIES ? " ties" : kind == L_LARGE ? " large" : ""; }
+static const char *kind_name(int kind)
+{
+    return kind == L_TIES ? " ties" : kind == L_LARGE ? " large" : kind == L_NAN ? " nan" : "";
+}
 
 /* ------------------------------------------------------------------------- route_fwd / bwd */
 
@@ -75,6 +82,7 @@ static void route_fwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     if (bias) hx_real_rand(c, RT_BIAS, "bias", HX_IN, (size_t)E, -0.1, 0.1);
     hx_buf_set(c, RT_IDX, "idx", HX_I32, HX_OUT, (size_t)(T * K), NULL);
     hx_real(c, RT_PROBS, "probs", HX_OUT, (size_t)(T * K), NULL);
+    if (kind == L_NAN) hx_buf_nan_ok(c, RT_PROBS);
 }
 
 static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
@@ -127,6 +135,7 @@ static void aux_stats_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     logits(c, AX_LOGITS, (size_t)(T * E), kind);
     hx_buf_set(c, AX_COUNTS, "counts", HX_I64, HX_OUT, (size_t)(B * E), NULL);
     hx_buf_set(c, AX_SUMS, "score_sums", HX_F64, HX_OUT, (size_t)(B * E), NULL);
+    if (kind == L_NAN) hx_buf_nan_ok(c, AX_SUMS);
 }
 
 static void aux_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int64_t T, int64_t S)
@@ -170,6 +179,7 @@ static void zloss_case(hx_suite *s, int32_t dt, int bwd, int32_t E, int64_t T, d
     logits(c, Z_LOGITS, (size_t)(T * E), kind);
     if (bwd) hx_real_rand(c, Z_OUT, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
     else hx_buf_set(c, Z_OUT, "sum_sq", HX_F64, HX_OUT, 1, NULL);
+    if (kind == L_NAN) hx_buf_nan_ok(c, Z_OUT);
 }
 
 /* ------------------------------------------------------------------------- aux loss, balancing */
@@ -255,6 +265,9 @@ static void bias_update_case(hx_suite *s, int32_t dt, int32_t E, const int64_t *
     hx_real_rand(c, BU_BIAS, "bias", HX_OUT, (size_t)E, -0.05, 0.05); /* += */
     free(v);
 }
+
+/* The last case added must fail with MOE_ERR_INVALID_ARGUMENT on both backends. */
+static void expect_invalid(hx_suite *s) { s->cases[s->n - 1].expect = MOE_ERR_INVALID_ARGUMENT; }
 
 void hx_cases_route(hx_suite *s, int32_t dt)
 {
@@ -344,4 +357,67 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     bias_update_case(s, dt, 8, equal, 1e-3, "all equal");
     bias_update_case(s, dt, 1, one, 1e-2, "one expert");
     bias_update_case(s, dt, 33, NULL, 1e-3, "random");
+
+    /* Wider rows (a device backend may keep up to some E in registers and read wider rows from
+     * memory: E = 100, 256, 300, 1000 and beyond 1024), rows that fill a lane's last slot only in
+     * part under groups, more groups than a warp has lanes (G = 40, 64), K = E under groups, and
+     * NaN logits for every score function. Appended here so the seeds of the cases above stay. */
+    route_fwd_case(s, dt, SIG, 100, 6, 0, 0, 9, 1.0, 1, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 256, 8, 8, 4, 20, 2.5, 1, L_RANDOM); /* DeepSeek-V3 */
+    route_fwd_case(s, dt, SIG, 256, 8, 8, 4, 9, 1.0, 1, L_TIES);
+    route_fwd_case(s, dt, PRE, 300, 5, 0, 0, 7, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 1000, 8, 40, 5, 5, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 48, 4, 6, 2, 33, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SSP, 64, 4, 64, 4, 9, 1.0, 1, L_TIES);
+    route_fwd_case(s, dt, SM, 8, 8, 2, 2, 9, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SM, 1100, 3, 0, 0, 5, 1.0, 0, L_RANDOM);
+    route_fwd_case(s, dt, SIG, 2048, 8, 8, 4, 3, 1.0, 1, L_RANDOM);
+    route_fwd_case(s, dt, PRE, 1500, 4, 3, 2, 3, 1.0, 0, L_TIES);
+    route_fwd_case(s, dt, SSP, 1280, 2, 0, 0, 3, 1.0, 1, L_LARGE);
+    route_fwd_case(s, dt, SM, 16, 4, 0, 0, 33, 1.0, 0, L_NAN);
+    route_fwd_case(s, dt, PRE, 16, 4, 4, 2, 33, 1.0, 0, L_NAN);
+    route_fwd_case(s, dt, SIG, 40, 6, 0, 0, 33, 1.0, 1, L_NAN);
+    route_fwd_case(s, dt, SSP, 12, 3, 3, 2, 33, 1.0, 0, L_NAN);
+    route_fwd_case(s, dt, SIG, 1100, 4, 0, 0, 3, 1.0, 0, L_NAN);
+    route_bwd_case(s, dt, PRE, 300, 5, 0, 0, 7, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, SM, 256, 8, 8, 4, 9, 2.5, L_RANDOM);
+    route_bwd_case(s, dt, SIG, 2048, 8, 0, 0, 3, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, PRE, 1100, 3, 0, 0, 3, 0.5, L_LARGE);
+    aux_stats_case(s, dt, SM, 100, 6, 20, 10, L_RANDOM);
+    aux_stats_case(s, dt, SIG, 300, 8, 600, 300, L_RANDOM);
+    aux_stats_case(s, dt, PRE, 1100, 3, 6, 3, L_RANDOM);
+    aux_stats_case(s, dt, SSP, 4, 4, 40, 20, L_TIES);
+    aux_stats_case(s, dt, SM, 16, 4, 33, 33, L_NAN);
+    aux_bwd_case(s, dt, SSP, 300, 20, 10);
+    aux_bwd_case(s, dt, PRE, 1100, 6, 3);
+    zloss_case(s, dt, 0, 300, 513, 0, L_RANDOM);
+    zloss_case(s, dt, 0, 1100, 3, 0, L_LARGE);
+    zloss_case(s, dt, 0, 16, 33, 0, L_NAN);
+    zloss_case(s, dt, 1, 300, 20, 1e-3, L_RANDOM);
+    zloss_case(s, dt, 1, 1100, 3, 1e-3, L_LARGE);
+    zloss_case(s, dt, 1, 16, 33, 1e-3, L_NAN);
+    aux_loss_case(s, dt, MOE_AUX_SEQUENCE, 100, 4, 4, 400, 400, 0, 0);
+    aux_loss_case(s, dt, MOE_AUX_GLOBAL, 300, 8, 1, 600, 1200, 1, 3);
+    aux_loss_case(s, dt, MOE_AUX_SWITCH, 300, 8, 1, 600, 600, 0, 0);
+    count_add_case(s, dt, 70000);
+    bias_update_case(s, dt, 300, NULL, 1e-3, "random");
+
+    /* Invalid arguments: the same status from every backend, nothing written. */
+    route_fwd_case(s, dt, SM, 4, 5, 0, 0, 3, 1.0, 0, L_RANDOM); /* K > E */
+    expect_invalid(s);
+    route_fwd_case(s, dt, SIG, 12, 2, 5, 2, 3, 1.0, 0, L_RANDOM); /* E % G != 0 */
+    expect_invalid(s);
+    route_fwd_case(s, dt, SIG, 16, 6, 4, 1, 3, 1.0, 0, L_RANDOM); /* K > M * E / G */
+    expect_invalid(s);
+    route_bwd_case(s, dt, PRE, 8, 2, 4, 5, 3, 1.0, L_RANDOM); /* M > G */
+    expect_invalid(s);
+    aux_stats_case(s, dt, SM, 8, 2, 33, 10, L_RANDOM); /* T % S != 0 */
+    expect_invalid(s);
+    aux_stats_case(s, dt, SIG, 4, 5, 8, 8, L_RANDOM); /* K > E */
+    expect_invalid(s);
+    aux_bwd_case(s, dt, SM, 8, 33, 10); /* T % S != 0 */
+    expect_invalid(s);
+    aux_loss_case(s, dt, MOE_AUX_NONE, 8, 2, 1, 33, 33, 0, 0);
+    expect_invalid(s);
+    bias_update_case(s, dt, 4, c4, -1e-3, "negative rate"); /* valid: the sign flips */
 }
