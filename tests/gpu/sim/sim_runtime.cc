@@ -42,6 +42,7 @@ struct fiber {
     char *stack = nullptr;
     int state = F_DONE;
     unsigned wait_mask = 0; /* the warp barrier's mask while F_AT_WARP */
+    unsigned long barriers = 0; /* block barriers passed */
     thread_pos pos;
     void *asan_fake = nullptr;
 };
@@ -129,8 +130,22 @@ bool release_barriers(int n)
         at_block += rt.fibers[i].state == F_AT_BLOCK;
     }
     if (live > 0 && at_block == live) {
+        /* CUDA requires every thread of the block to reach a __syncthreads (exited threads do not
+         * count): a thread that exited before this barrier is divergence, even where hardware lets it
+         * pass */
+        unsigned long gen = 0;
         for (int i = 0; i < n; i++)
-            if (rt.fibers[i].state == F_AT_BLOCK) rt.fibers[i].state = F_RUN;
+            if (rt.fibers[i].state == F_AT_BLOCK) gen = rt.fibers[i].barriers;
+        for (int i = 0; i < n; i++)
+            if (rt.fibers[i].state == F_DONE && rt.fibers[i].barriers <= gen) {
+                fail("barrier divergence: a __syncthreads that some threads exited without reaching");
+                return false;
+            }
+        for (int i = 0; i < n; i++)
+            if (rt.fibers[i].state == F_AT_BLOCK) {
+                rt.fibers[i].state = F_RUN;
+                rt.fibers[i].barriers++;
+            }
         return true;
     }
     bool released = false;
@@ -177,6 +192,7 @@ bool run_block(int n, bool reverse)
         makecontext(&f.uc, trampoline, 0);
         f.state = F_RUN;
         f.wait_mask = 0;
+        f.barriers = 0;
         f.pos.tid = make_uint3(i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y));
         f.pos.lane = i % 32;
         f.pos.warp = i / 32;
@@ -255,9 +271,12 @@ int32_t launch(const char *name, dim3 grid, dim3 block, const std::function<void
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++, b++) {
                 block_idx = make_uint3(x, y, z);
-                if (!run_block((int)threads, b & 1) || rt.error)
+                if (!run_block((int)threads, b & 1) || rt.error) {
+                    cur = nullptr;
+                    rt.running = nullptr;
                     return moe_errorf(NULL, MOE_ERR_INTERNAL, "kernel %s, block (%u,%u,%u): %s", name, x, y, z,
                                       rt.what);
+                }
             }
     cur = nullptr;
     return MOE_OK;
