@@ -118,19 +118,36 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
     const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
-    /* both operands are activations in the compute dtype, for bf16 layers too: in bf16 these GEMMs
-     * only lost time on the CPU measured (bench/RESULTS.md "bf16 GEMMs"), and the main gradients are
-     * fp32 */
+    /* both operands are activations in the compute dtype, for bf16 layers too, on backends whose fast
+     * path is fp32 (the CPU: in bf16 these GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where
+     * bf16 x bf16 is the fast path (tensor cores, MOE_BACKEND_CAP_BF16_GEMM) bf16 layers round them to
+     * bf16 first. The main gradients are fp32 either way. */
     const int32_t cdt = L->ops->dtype;
+    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && (ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM);
 
     moe_range_push(ctx, "moe.experts.backward_weights");
     /* h = p * act(z) again (cheaper than keeping [Rx,Fl] alive between the phases) */
     OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, tp->dyr.p, cdt, tp->h.p, cdt, beta,
-       L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
     const void *xr = NULL;
     TRY(L->disp->expert_input(L, step, e, &xr));
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, tp->dz.p, cdt, xr, cdt, beta,
+    const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = xr;
+    int32_t wdt = cdt;
+    if (bf16_ops && Rx > 0) {
+        const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
+        TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
+        TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
+        OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
+        OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
+        a2 = tp->wg16[0].p, b2 = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
+    }
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a2, wdt, b2, wdt, beta,
+       L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
+    if (bf16_ops && Rx > 0) { /* the buffers are free again: the FC2 GEMM is queued before these converts */
+        OP(convert, e, Rx * F1l, tp->dz.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
+        OP(convert, e, Rx * H, xr, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
+        a1 = tp->wg16[0].p, b1 = tp->wg16[1].p;
+    }
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a1, wdt, b1, wdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H);
     moe_range_pop(ctx);
 

@@ -108,6 +108,7 @@ typedef struct moe_step_tape {
     moe_buf h;           /* [R,F] (also [T,Fs]) */
     moe_buf rows;        /* [R, max(H,F1)] */
     moe_buf tok;         /* [T,H] */
+    moe_buf wg16[2];     /* bf16 copies of the expert weight-gradient operands (MOE_BACKEND_CAP_BF16_GEMM) */
 } moe_step_tape;
 
 /* What the host knows of a step's routing: the one copy of the plan's offsets and stats

@@ -8,6 +8,7 @@
  *    free (a mock asynchronous backend whose events the test completes by hand).
  */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,66 @@ START_TEST(pool_steady_state_and_trim)
 }
 END_TEST
 
+/* A backend whose fast path is bf16 x bf16 (MOE_BACKEND_CAP_BF16_GEMM) gets bf16 operands for a bf16
+ * layer's expert weight gradients: the gradients then differ from the fp32-operand ones, but only
+ * within bf16 rounding; outputs and data gradients are unchanged. */
+static float grad_rel_diff(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return (float)sqrt(num / (den > 0 ? den : 1));
+}
+
+START_TEST(bf16_gemm_backends_get_bf16_wgrad_operands)
+{
+    moe_layer_config c = lu_config(H, F, E, K);
+    c.param_dtype = MOE_DTYPE_BF16;
+    moe_backend fast = moe_backend_cpu;
+    fast.caps |= MOE_BACKEND_CAP_BF16_GEMM;
+    uint16_t x[T * H], y[2][T * H], dy[T * H], dx[2][T * H];
+    float fx[T * H], fdy[T * H];
+    tu_fill_uniform_f(fx, T * H, 41, -1, 1);
+    tu_fill_uniform_f(fdy, T * H, 42, -1, 1);
+    for (int i = 0; i < T * H; i++) {
+        uint32_t u, v;
+        memcpy(&u, &fx[i], 4);
+        memcpy(&v, &fdy[i], 4);
+        x[i] = (uint16_t)(u >> 16), dy[i] = (uint16_t)(v >> 16);
+    }
+    float *g[2][2];
+    int64_t n[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        lu_layer l;
+        lu_create(&l, &c, 2);
+        if (v == 1) l.ctx->backend = &fast; /* same memory entries and ops */
+        moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, x, y[v], T);
+        tu_tensor a, b;
+        int64_t shape[2] = {T, H};
+        tu_tensor_make(&a, dy, kDLBfloat, 16, 2, shape);
+        tu_tensor_make(&b, dx[v], kDLBfloat, 16, 2, shape);
+        ck_assert_msg(moe_layer_backward(l.layer, s, &a.t, &b.t, NULL) == MOE_OK, "%s", lu_last_error(&l));
+        for (int w = 0; w < 2; w++) {
+            const float *p = lu_param_ptr(&l, w == 0 ? MOE_PARAM_EXPERT_FC1 : MOE_PARAM_EXPERT_FC2, 1, &n[w]);
+            g[v][w] = malloc(sizeof(float) * (size_t)n[w]);
+            memcpy(g[v][w], p, sizeof(float) * (size_t)n[w]);
+        }
+        moe_step_destroy(s);
+        lu_destroy(&l);
+    }
+    ck_assert_mem_eq(y[0], y[1], sizeof y[0]);
+    ck_assert_mem_eq(dx[0], dx[1], sizeof dx[0]);
+    for (int w = 0; w < 2; w++) {
+        float d = grad_rel_diff(g[1][w], g[0][w], n[w]);
+        ck_assert_msg(d > 0 && d < 1e-2, "weight gradient %d: rel diff %g (want bf16 rounding: (0, 1e-2))", w, d);
+        free(g[0][w]);
+        free(g[1][w]);
+    }
+}
+END_TEST
+
 START_TEST(pool_is_stream_ordered)
 {
     moe_backend mock = moe_backend_cpu;
@@ -226,6 +287,7 @@ int main(void)
     tcase_add_test(tc, rejecting_policy_reads_one_flag_per_input);
     tcase_add_test(tc, pool_is_stream_ordered);
     tcase_add_test(tc, pool_steady_state_and_trim);
+    tcase_add_test(tc, bf16_gemm_backends_get_bf16_wgrad_operands);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }

@@ -260,7 +260,7 @@ static void cuda_graph_destroy(void *graph)
 const moe_backend moe_backend_cuda = {
     .name = "cuda",
     .device_type = MOE_DEVICE_CUDA,
-    .caps = MOE_BACKEND_CAP_ASYNC | MOE_BACKEND_CAP_GRAPHS,
+    .caps = MOE_BACKEND_CAP_ASYNC | MOE_BACKEND_CAP_GRAPHS | MOE_BACKEND_CAP_BF16_GEMM,
     .ops = cuda_ops,
     .supports_op = cuda_supports_op,
     .device_open = cuda_device_open,
