@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine (CI runs this through .ci/run):
 #   1. dependencies (scripts/setup-deps.sh)
-#   2. build/       Release, -Werror, CUDA detected (nvcc put on PATH): library, tests, examples,
-#                   benchmarks; then ctest (GPU-labelled tests only where a GPU is present)
+#   2. build/       Release, -Werror, CUDA detected (nvcc put on PATH): library (CUDA backend for
+#                   90a-real;100a-real;90-virtual), tests, examples, benchmarks; the ptxas register
+#                   report of every kernel (build/ptxas-sm90a.md, fails on spills); then ctest (the
+#                   kernel simulator's harness runs included; GPU-labelled tests only where a GPU is)
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and tests; ctest -L unit (leaks
 #                   checked), then ctest -L mpi with 2 threads per rank
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
@@ -57,6 +59,14 @@ current="build (Release, -Werror)"; section "$current"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON -DCMAKE_C_FLAGS=-g
 cmake --build build -j "$jobs"
 done_section "$current"
+
+if command -v nvcc >/dev/null 2>&1; then
+  # the register report of every CUDA kernel for sm_90a (recorded; fails on spills in kernels/)
+  current="ptxas report (sm_90a)"; section "$current"
+  bash scripts/ptxas-report.sh --compile --arch 90a --jobs "$jobs" > build/ptxas-sm90a.md
+  grep -E "^\*\*Summary" build/ptxas-sm90a.md || tail -n 3 build/ptxas-sm90a.md
+  done_section "$current"
+fi
 
 current="ctest (build/)"; section "$current"
 ctest_args=(--test-dir build --output-on-failure --no-tests=error)
