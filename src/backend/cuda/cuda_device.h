@@ -13,7 +13,7 @@
 #include "backend/backend.h"
 
 #define MOE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* per context: cuBLASLt + CUB temporaries */
-#define MOE_CUDA_LT_CACHE 64                         /* cached matmul plans per context */
+#define MOE_CUDA_LT_CACHE 256                        /* cached matmul plans per context */
 
 /* One cached cuBLASLt plan: descriptors and the heuristic's algorithm for one GEMM shape. */
 typedef struct moe_lt_plan {

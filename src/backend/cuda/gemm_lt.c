@@ -32,7 +32,17 @@ typedef struct lt_call {
     void *c;
     int64_t batch, stride_a, stride_b, stride_c;
     float alpha, beta;
+    int vary; /* LT_VARY_*: the dimension that changes from step to step (dropless row counts) */
 } lt_call;
+
+/* Dropless routing gives every expert a new row count each step; a plan per exact shape would query
+ * the heuristic for every GEMM of every step. So the varying dimension is rounded up to a bucket for
+ * the plan (descriptors, heuristic) and set exactly on the layouts before each matmul; should the
+ * bucket's algorithm refuse the exact shape, the call falls back to a plan of its own shape. */
+enum { LT_VARY_NONE = 0, LT_VARY_N = 1, LT_VARY_K = 2 };
+#define LT_BUCKET 128
+
+static int64_t bucket(int64_t v) { return (v + LT_BUCKET - 1) / LT_BUCKET * LT_BUCKET; }
 
 static uint64_t align_of(const void *p)
 {
@@ -73,12 +83,17 @@ static int32_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows,
 }
 
 /* The cached plan of call c (built and tuned on a miss). */
-static int32_t plan_for(const moe_exec *ex, const lt_call *c, moe_lt_plan **out)
+static int32_t plan_for(const moe_exec *ex, const lt_call *call, moe_lt_plan **out)
 {
     moe_cuda_device *d = ex->device;
+    lt_call pc = *call; /* the plan's shape: the varying dimension bucketed */
+    if (pc.vary == LT_VARY_N) pc.n = bucket(pc.n);
+    if (pc.vary == LT_VARY_K) pc.k = bucket(pc.k);
+    const lt_call *c = &pc;
     uint64_t key[6] = {
         (uint64_t)c->ta | (uint64_t)c->tb << 2 | (uint64_t)c->type_a << 8 | (uint64_t)c->type_b << 16 |
-            (uint64_t)align_of(c->a) << 24 | (uint64_t)align_of(c->b) << 36 | (uint64_t)align_of(c->c) << 48,
+            (uint64_t)align_of(c->a) << 24 | (uint64_t)align_of(c->b) << 36 | (uint64_t)align_of(c->c) << 48 |
+            (uint64_t)c->vary << 60,
         (uint64_t)c->m ^ (uint64_t)c->batch << 40,
         (uint64_t)c->n ^ (uint64_t)c->lda << 32,
         (uint64_t)c->k ^ (uint64_t)c->ldb << 32,
@@ -141,6 +156,13 @@ static int32_t plan_for(const moe_exec *ex, const lt_call *c, moe_lt_plan **out)
     return MOE_OK;
 }
 
+static void set_dims(cublasLtMatrixLayout_t l, int64_t rows, int64_t cols)
+{
+    uint64_t r = (uint64_t)rows, c = (uint64_t)cols;
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &r, sizeof r);
+    cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_COLS, &c, sizeof c);
+}
+
 static int32_t lt_run(const moe_exec *ex, const lt_call *c)
 {
     moe_lt_plan *p = NULL;
@@ -148,9 +170,19 @@ static int32_t lt_run(const moe_exec *ex, const lt_call *c)
     if (st) return st;
     moe_cuda_device *d = ex->device;
     cudaStream_t s = ex->stream ? (cudaStream_t)ex->stream : d->stream;
-    return moe_cuda_lt_check(cublasLtMatmul(d->lt, p->desc, &c->alpha, c->a, p->la, c->b, p->lb, &c->beta, c->c, p->lc,
-                                            c->c, p->lc, &p->algo, ex->workspace, ex->workspace_bytes, s),
-                             "cublasLtMatmul");
+    if (c->vary != LT_VARY_NONE) { /* the exact shape on the bucket's layouts */
+        set_dims(p->la, c->ta == CUBLAS_OP_N ? c->m : c->k, c->ta == CUBLAS_OP_N ? c->k : c->m);
+        set_dims(p->lb, c->tb == CUBLAS_OP_N ? c->k : c->n, c->tb == CUBLAS_OP_N ? c->n : c->k);
+        set_dims(p->lc, c->m, c->n);
+    }
+    cublasStatus_t r = cublasLtMatmul(d->lt, p->desc, &c->alpha, c->a, p->la, c->b, p->lb, &c->beta, c->c, p->lc, c->c,
+                                      p->lc, &p->algo, ex->workspace, ex->workspace_bytes, s);
+    if (r != CUBLAS_STATUS_SUCCESS && c->vary != LT_VARY_NONE) {
+        lt_call exact = *c; /* the bucket's algorithm refused this shape: a plan of its own */
+        exact.vary = LT_VARY_NONE;
+        return lt_run(ex, &exact);
+    }
+    return moe_cuda_lt_check(r, "cublasLtMatmul");
 }
 
 /* ---------------------------------------------------------------- bf16 staging of fp32 operands */
@@ -210,7 +242,7 @@ static int32_t check_dtypes(const char *op, int32_t a_dtype, int32_t b_dtype)
 /* Row-major C[m,n] = alpha op(A) op(B) + beta C (the swap to column-major happens here). */
 static int32_t gemm_rm(const moe_exec *ex, int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, double alpha,
                        const void *a, int32_t at, int64_t lda, int64_t sa, const void *b, int32_t bt, int64_t ldb,
-                       int64_t sb, double beta, void *c, int64_t ldc, int64_t sc, int64_t batch)
+                       int64_t sb, double beta, void *c, int64_t ldc, int64_t sc, int64_t batch, int vary)
 {
     lt_call call = {
         .ta = tb ? CUBLAS_OP_T : CUBLAS_OP_N, .tb = ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -218,7 +250,7 @@ static int32_t gemm_rm(const moe_exec *ex, int32_t ta, int32_t tb, int64_t m, in
         .type_a = lt_type(bt), .type_b = lt_type(at),
         .a = b, .b = a, .lda = ldb, .ldb = lda, .ldc = ldc, .c = c,
         .batch = batch, .stride_a = sb, .stride_b = sa, .stride_c = sc,
-        .alpha = (float)alpha, .beta = (float)beta,
+        .alpha = (float)alpha, .beta = (float)beta, .vary = vary,
     };
     return lt_run(ex, &call);
 }
@@ -258,7 +290,8 @@ int32_t moe_cuda_gemm(const moe_exec *ex, int32_t trans_a, int32_t trans_b, int6
     if (k == 0) return scale_c(ex, m, n, beta, c, ldc);
     st = unify(ex, &a, &a_dtype, (arows - 1) * lda + acols, &b, &b_dtype, (brows - 1) * ldb + bcols);
     if (st) return st;
-    return gemm_rm(ex, trans_a, trans_b, m, n, k, alpha, a, a_dtype, lda, 0, b, b_dtype, ldb, 0, beta, c, ldc, 0, 1);
+    return gemm_rm(ex, trans_a, trans_b, m, n, k, alpha, a, a_dtype, lda, 0, b, b_dtype, ldb, 0, beta, c, ldc, 0, 1,
+                   LT_VARY_NONE);
 }
 
 static int32_t check_offsets(const char *op, int64_t groups, const int64_t *off)
@@ -307,13 +340,13 @@ int32_t moe_cuda_gemm_grouped_rows(const moe_exec *ex, int64_t groups, const int
     int64_t ur = uniform_rows(groups, off);
     if (ur > 0)
         return gemm_rm(ex, 0, trans_b, ur, n, k, alpha, A, at, k, ur * k, B, bt, trans_b ? k : n, b_group_stride, beta,
-                       cbase, n, ur * n, groups);
+                       cbase, n, ur * n, groups, LT_VARY_NONE);
     for (int64_t g = 0; g < groups && !st; g++) {
         int64_t rg = off[g + 1] - off[g], at_row = off[g] - r0;
         if (rg == 0) continue;
         st = gemm_rm(ex, 0, trans_b, rg, n, k, alpha, (const char *)A + (size_t)(at_row * k) * as, at, k, 0,
                      (const char *)B + (size_t)(g * b_group_stride) * bs, bt, trans_b ? k : n, 0, beta,
-                     cbase + at_row * n, n, 0, 1);
+                     cbase + at_row * n, n, 0, 1, LT_VARY_N);
     }
     return st;
 }
@@ -339,14 +372,14 @@ int32_t moe_cuda_gemm_grouped_reduce(const moe_exec *ex, int64_t groups, const i
     int64_t ur = uniform_rows(groups, off);
     if (ur > 0)
         return gemm_rm(ex, 1, 0, m, n, ur, alpha, A, at, m, ur * m, B, bt, n, ur * n, beta, c, n, c_group_stride,
-                       groups);
+                       groups, LT_VARY_NONE);
     for (int64_t g = 0; g < groups && !st; g++) {
         int64_t rg = off[g + 1] - off[g], at_row = off[g] - r0;
         float *cg = (float *)c + g * c_group_stride;
         if (rg == 0) st = scale_c(ex, m, n, beta, cg, n); /* explicit: never an empty group in cuBLAS */
         else
             st = gemm_rm(ex, 1, 0, m, n, rg, alpha, (const char *)A + (size_t)(at_row * m) * as, at, m, 0,
-                         (const char *)B + (size_t)(at_row * n) * bs, bt, n, 0, beta, cg, n, 0, 1);
+                         (const char *)B + (size_t)(at_row * n) * bs, bt, n, 0, beta, cg, n, 0, 1, LT_VARY_K);
     }
     return st;
 }
