@@ -95,6 +95,7 @@ static void cuda_device_close(void *state)
     if (d->stream) cudaStreamSynchronize(d->stream);
     moe_cuda_plans_destroy(d);
     if (d->scratch) cudaFree(d->scratch);
+    for (int i = 0; i < d->retired_count; i++) cudaFree(d->retired[i]);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);

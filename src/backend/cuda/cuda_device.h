@@ -34,6 +34,10 @@ typedef struct moe_cuda_device {
     int64_t plan_misses;        /* heuristic queries made (cache misses) */
     void *scratch;              /* bf16 copies of fp32 GEMM operands; grows, stream-ordered */
     size_t scratch_bytes;
+    /* outgrown scratch blocks, kept until the device closes: a captured CUDA Graph may still
+     * reference one (doubling growth bounds them by the current block's size) */
+    void *retired[48];
+    int retired_count;
 } moe_cuda_device;
 
 /* cudaError_t -> status with a message naming what failed (clears the sticky last error). */

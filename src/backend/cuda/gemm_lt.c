@@ -198,11 +198,13 @@ static int32_t to_bf16(const moe_exec *ex, const void *src, int64_t elems, size_
         if (cs != cudaStreamCaptureStatusNone)
             return moe_errorf(NULL, MOE_ERR_STATE, "a bf16 GEMM needs %zu bytes of operand scratch while a CUDA Graph "
                               "is being captured (the eager warm-up call sizes it)", need);
-        size_t grow = need + need / 4;
+        size_t grow = need > 2 * d->scratch_bytes ? need : 2 * d->scratch_bytes;
+        if (d->scratch && d->retired_count == (int)(sizeof d->retired / sizeof d->retired[0]))
+            return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "GEMM operand scratch grew too often");
         void *p = NULL;
         int32_t st = moe_cuda_check(cudaMallocAsync(&p, grow, s), "cudaMallocAsync (GEMM operand scratch)");
         if (st) return st;
-        if (d->scratch) cudaFreeAsync(d->scratch, s);
+        if (d->scratch) d->retired[d->retired_count++] = d->scratch; /* graphs may still read it */
         d->scratch = p;
         d->scratch_bytes = grow;
     }
