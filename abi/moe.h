@@ -145,6 +145,8 @@ enum {
     MOE_MEM_ACTIVATIONS = 2, /* step tapes: what backward needs */
     MOE_MEM_WORKSPACE = 3,
     MOE_MEM_COMM = 4,
+    MOE_MEM_HOST = 5,        /* (0.2) host memory the engine holds: pinned staging, host copies of routing
+                              * metadata (row offsets, exchange counts) */
     MOE_MEM_NUM_CATEGORIES = 8 /* room to grow without changing the struct */
 };
 typedef struct moe_memory_stats {
@@ -168,6 +170,11 @@ MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stat
  * stream: NULL = the context's stream). Live allocations are untouched. An allocation that fails is
  * retried once after the same trim before MOE_ERR_OUT_OF_MEMORY is returned. */
 MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream);
+/* (0.2) What one step holds: its tape (MOE_MEM_ACTIVATIONS; the device buffers backward needs and the
+ * step's scratch) and its host metadata (MOE_MEM_HOST), current and peak over the step's life;
+ * num_allocations = its live buffers. The pool fields are 0. Sizes are the ledger's (rounded to the
+ * pool's size classes), so a context's ACTIVATIONS bytes are the sum over its live steps. */
+MOE_API int32_t moe_step_memory_stats(const moe_step *step, moe_memory_stats *stats);
 
 /* ---------------------------------------------------------------- layer config */
 enum { MOE_ACT_SWIGLU = 0, MOE_ACT_GEGLU = 1, MOE_ACT_GELU = 2, MOE_ACT_RELU = 3, MOE_ACT_SILU = 4 };

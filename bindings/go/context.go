@@ -126,6 +126,7 @@ const (
 	MemActivations = C.MOE_MEM_ACTIVATIONS
 	MemWorkspace   = C.MOE_MEM_WORKSPACE
 	MemComm        = C.MOE_MEM_COMM
+	MemHost        = C.MOE_MEM_HOST // host memory the engine holds (staging, routing metadata)
 )
 
 // MemoryStats reads the context's memory ledger.
@@ -136,6 +137,12 @@ func (c *Context) MemoryStats() (MemoryStats, error) {
 	if err := c.call(func(p *C.moe_context) C.int32_t { return C.moe_context_memory_stats(p, &s) }); err != nil {
 		return out, err
 	}
+	return memoryStatsOf(&s), nil
+}
+
+// memoryStatsOf copies a moe_memory_stats.
+func memoryStatsOf(s *C.moe_memory_stats) MemoryStats {
+	var out MemoryStats
 	for i := range out.CurrentBytes {
 		out.CurrentBytes[i] = int64(s.current_bytes[i])
 		out.PeakBytes[i] = int64(s.peak_bytes[i])
@@ -148,7 +155,7 @@ func (c *Context) MemoryStats() (MemoryStats, error) {
 	out.PeakReservedBytes = int64(s.peak_reserved_bytes)
 	out.DeviceAllocations = int64(s.device_allocations)
 	out.Trims = int64(s.trims)
-	return out, nil
+	return out
 }
 
 // MemoryTrim gives every cached free block of the built-in pool back to the device (live

@@ -52,6 +52,15 @@ func TestLayerMatchesFixture(t *testing.T) {
 	mustOK(t, "Forward", layer.Forward(step, Float32(fixF32(t, "x"), fxT, fxH), Float32(y, fxT, fxH)))
 	expectF32(t, "y", y, fixF32(t, "y"))
 
+	mem, err := step.MemoryStats()
+	mustOK(t, "Step.MemoryStats", err)
+	cmem, err := ctx.MemoryStats()
+	mustOK(t, "Context.MemoryStats", err)
+	if mem.CurrentBytes[MemActivations] <= 0 || mem.CurrentBytes[MemActivations] != cmem.CurrentBytes[MemActivations] {
+		t.Fatalf("step activations %d, context %d: want equal and > 0 (one step alive)",
+			mem.CurrentBytes[MemActivations], cmem.CurrentBytes[MemActivations])
+	}
+
 	stats, err := step.RoutingStats()
 	mustOK(t, "RoutingStats", err)
 	if !near(stats.AuxLoss, fixScalar(t, "aux_loss")) || !near(stats.ZLoss, fixScalar(t, "z_loss")) {

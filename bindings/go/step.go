@@ -94,6 +94,17 @@ type RoutingStats struct {
 }
 
 // RoutingStats returns the statistics of the last forward.
+// MemoryStats reports what this step holds (its tape, MemActivations, and host metadata, MemHost),
+// current and peak, in the ledger's bytes (moe_step_memory_stats).
+func (s *Step) MemoryStats() (MemoryStats, error) {
+	var c C.moe_memory_stats
+	c.struct_size = C.sizeof_moe_memory_stats
+	if err := s.call(func(p *C.moe_step) C.int32_t { return C.moe_step_memory_stats(p, &c) }); err != nil {
+		return MemoryStats{}, err
+	}
+	return memoryStatsOf(&c), nil
+}
+
 func (s *Step) RoutingStats() (RoutingStats, error) {
 	var c C.moe_routing_stats
 	c.struct_size = C.sizeof_moe_routing_stats

@@ -5,6 +5,7 @@
 
 #include "api/config_header.h"
 #include "core/context.h"
+#include "core/layer.h"
 
 #define CTX_CFG_MIN sizeof(moe_context_config)
 
@@ -121,6 +122,29 @@ MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream)
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_trim: ctx is NULL");
     (void)moe_context_enter(ctx, stream);
     moe_mem_trim(ctx);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_step_memory_stats(const moe_step *step, moe_memory_stats *stats)
+{
+    if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_memory_stats: step is NULL");
+    moe_context *c = step->layer->ctx;
+    if (!stats) return moe_errorf(c, MOE_ERR_INVALID_ARGUMENT, "moe_step_memory_stats: stats is NULL");
+    size_t want = stats->struct_size;
+    if (want < sizeof(uint32_t) * 2)
+        return moe_errorf(c, MOE_ERR_VERSION, "moe_step_memory_stats: stats->struct_size = %zu; set it to "
+                          "sizeof(moe_memory_stats)", want);
+    moe_memory_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
+    for (int i = 0; i < MOE_MEM_NUM_CATEGORIES; i++) {
+        s.current_bytes[i] = step->mem_cur[i];
+        s.peak_bytes[i] = step->mem_peak[i];
+        s.total_current_bytes += step->mem_cur[i];
+    }
+    s.total_peak_bytes = step->mem_total_peak;
+    s.num_allocations = step->mem_live;
+    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
     return MOE_OK;
 }
 

@@ -131,6 +131,9 @@ struct moe_step {
     int64_t Rx; /* expert rows on this rank (after dispatch) */
     moe_step_host host;
     moe_step_tape tape;
+    /* what the step holds, in ledger bytes (moe_step_memory_stats): ACTIVATIONS and HOST */
+    int64_t mem_cur[MOE_MEM_NUM_CATEGORIES], mem_peak[MOE_MEM_NUM_CATEGORIES], mem_total_peak;
+    int32_t mem_live;
 };
 
 /* Allocates every tape buffer a forward of T tokens writes (forward.c; also called before a graph
@@ -174,10 +177,12 @@ int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, cons
 int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, const moe_exec *e);
 int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, const moe_exec *e);
 void moe_step_free_tape(moe_step *step);
+/* Recounts what the step holds (after its buffers changed) and updates its peaks. */
+void moe_step_note_memory(moe_step *step);
 /* Reserves a tape buffer of n elements of es bytes (overflow-checked), charged to ACTIVATIONS. A
  * buffer that has to grow while step->reserved is set counts in ctx->inflight_allocs. */
 int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es);
-/* The same for a host buffer (not charged: small metadata the host computes). */
+/* The same for a host buffer (charged to MOE_MEM_HOST: metadata the host computes with). */
 int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es);
 /* Routing statistics and loss values of the last forward, read from the device (copies). */
 int32_t moe_step_read_stats(moe_step *step, int64_t stats[3], double *aux_loss, double *z_loss);

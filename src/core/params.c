@@ -33,14 +33,18 @@ int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
                           ctx->backend->name);
     b->p = p;
     b->bytes = bytes;
-    b->category = -1;
+    b->category = MOE_MEM_HOST;
     b->host = 1;
+    moe_mem_charge(ctx, MOE_MEM_HOST, (int64_t)bytes);
     return MOE_OK;
 }
 
 void moe_buf_release(moe_context *ctx, moe_buf *b)
 {
-    if (b->p && b->host) ctx->backend->host_free(b->p);
+    if (b->p && b->host) {
+        ctx->backend->host_free(b->p);
+        moe_mem_charge(ctx, MOE_MEM_HOST, -(int64_t)b->bytes);
+    }
     else if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
     b->p = NULL;
     b->bytes = 0;

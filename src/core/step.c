@@ -15,7 +15,33 @@ int32_t moe_step_need(moe_step *step, moe_buf *b, int64_t n, size_t es)
     size_t bytes;
     TRY(tape_bytes(ctx, n, es, &bytes));
     if (step->reserved && !(b->p && b->bytes >= bytes && b->category == MOE_MEM_ACTIVATIONS)) ctx->inflight_allocs++;
-    return moe_buf_reserve(ctx, b, bytes, MOE_MEM_ACTIVATIONS);
+    int32_t st = moe_buf_reserve(ctx, b, bytes, MOE_MEM_ACTIVATIONS);
+    moe_step_note_memory(step);
+    return st;
+}
+
+void moe_step_note_memory(moe_step *step)
+{
+    int64_t cur[MOE_MEM_NUM_CATEGORIES] = {0}, total = 0;
+    int32_t live = 0;
+    moe_buf *b = (moe_buf *)&step->tape;
+    const size_t count = sizeof step->tape / sizeof(moe_buf);
+    for (size_t i = 0; i <= count; i++) {
+        const moe_buf *x = i < count ? &b[i] : &step->host.plan_buf;
+        if (!x->p) continue;
+        int64_t n = x->host ? (int64_t)x->bytes : (int64_t)moe_mem_class_bytes(x->bytes);
+        int32_t c = x->host ? MOE_MEM_HOST : x->category;
+        if (c < 0 || c >= MOE_MEM_NUM_CATEGORIES) c = MOE_MEM_WORKSPACE;
+        cur[c] += n;
+        total += n;
+        live++;
+    }
+    for (int c = 0; c < MOE_MEM_NUM_CATEGORIES; c++) {
+        step->mem_cur[c] = cur[c];
+        if (cur[c] > step->mem_peak[c]) step->mem_peak[c] = cur[c];
+    }
+    if (total > step->mem_total_peak) step->mem_total_peak = total;
+    step->mem_live = live;
 }
 
 int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
@@ -23,7 +49,9 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
     moe_context *ctx = step->layer->ctx;
     size_t bytes;
     TRY(tape_bytes(ctx, n, es, &bytes));
-    return moe_buf_reserve_host(ctx, b, bytes);
+    int32_t st = moe_buf_reserve_host(ctx, b, bytes);
+    moe_step_note_memory(step);
+    return st;
 }
 
 void moe_step_free_tape(moe_step *step)
@@ -35,6 +63,7 @@ void moe_step_free_tape(moe_step *step)
     moe_buf_release(step->layer->ctx, &step->host.plan_buf);
     step->host.plan = NULL;
     step->host.have_plan = 0;
+    moe_step_note_memory(step);
 }
 
 int moe_layer_static_shapes(const moe_layer *L)
@@ -48,6 +77,7 @@ int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex)
     moe_context *ctx = step->layer->ctx;
     const size_t n = (size_t)step->layer->E + 4;
     TRY(moe_buf_reserve_host(ctx, &step->host.plan_buf, n * sizeof(int64_t)));
+    moe_step_note_memory(step);
     step->host.plan = step->host.plan_buf.p;
     TRY(moe_copy_to_host(ctx, ex, step->host.plan, step->tape.plan_meta.p, n * sizeof(int64_t)));
     step->host.have_plan = 1;

@@ -14,6 +14,8 @@
 
 #include "core/context.h"
 
+static void charge(moe_context *ctx, int32_t category, int64_t delta);
+
 #define MOE_ALIGN 64
 #define MOE_POOL_MAX_BYTES ((size_t)1 << 30) /* cache at most 1 GiB of free blocks */
 
@@ -36,6 +38,10 @@ static size_t round_up(size_t bytes)
     size_t step = p / 8;
     return (r + step - 1) / step * step;
 }
+
+size_t moe_mem_class_bytes(size_t bytes) { return round_up(bytes ? bytes : 1); }
+
+void moe_mem_charge(moe_context *ctx, int32_t category, int64_t delta) { charge(ctx, category, delta); }
 
 static void charge(moe_context *ctx, int32_t category, int64_t delta)
 {

@@ -57,6 +57,7 @@ const MEM_GRADS = Int32(1)
 const MEM_ACTIVATIONS = Int32(2)
 const MEM_WORKSPACE = Int32(3)
 const MEM_COMM = Int32(4)
+const MEM_HOST = Int32(5)   # host memory the engine holds (staging, routing metadata)
 
 # moe_memory_stats (MEM_NUM_CATEGORIES = 8 entries per category array).
 struct MemoryStats

@@ -116,6 +116,22 @@ function backward_weights!(layer::Layer, step::Step; stream = C_NULL)
 end
 
 """
+    memory_stats(step) -> MemoryStats
+
+What the step holds (`moe_step_memory_stats`): its tape (`MEM_ACTIVATIONS`) and host metadata
+(`MEM_HOST`), current and peak, in the ledger's bytes; the pool fields are 0.
+"""
+function memory_stats(step::Step)
+    z = ntuple(_ -> Int64(0), 8)
+    out = Ref(MemoryStats(sizeof(MemoryStats), 0, z, z, 0, 0, 0, 0, 0, 0, 0, 0))
+    GC.@preserve step begin
+        st = @ccall $(fn(:moe_step_memory_stats))(handle(step)::Ptr{Cvoid}, out::Ref{MemoryStats})::Int32
+        check(st, step.layer.ctxp)
+    end
+    out[]
+end
+
+"""
     routing_stats(step) -> RoutingStats
 """
 function routing_stats(step::Step)

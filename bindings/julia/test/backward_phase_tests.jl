@@ -44,3 +44,19 @@ end
     @test_throws MoeError reset_global_aux!(layer)
     close(ctx)
 end
+
+@testset "memory_stats(step)" begin
+    ctx = Context()
+    layer = Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2, seed = 5)
+    s = Step(layer)
+    forward(layer, s, reshape(Float32.(sin.(1:8*6)), 8, 6))
+    act = LibMoE.MEM_ACTIVATIONS + 1
+    m = memory_stats(s)
+    @test m.current_bytes[act] > 0
+    @test m.current_bytes[act] == memory_stats(ctx).current_bytes[act]   # the only step alive
+    @test m.total_peak_bytes >= m.total_current_bytes
+    close(s)
+    @test memory_stats(ctx).current_bytes[act] == 0
+    close(layer)
+    close(ctx)
+end

@@ -50,6 +50,7 @@ pub const MOE_MEM_GRADS: i32 = 1;
 pub const MOE_MEM_ACTIVATIONS: i32 = 2;
 pub const MOE_MEM_WORKSPACE: i32 = 3;
 pub const MOE_MEM_COMM: i32 = 4;
+pub const MOE_MEM_HOST: i32 = 5;
 pub const MOE_MEM_NUM_CATEGORIES: usize = 8;
 
 // ---- layer config

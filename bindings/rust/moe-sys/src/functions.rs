@@ -69,6 +69,7 @@ extern "C" {
 
     // ---- routing statistics
     pub fn moe_step_routing_stats(step: *const moe_step, stats: *mut moe_routing_stats) -> i32;
+    pub fn moe_step_memory_stats(step: *const moe_step, stats: *mut moe_memory_stats) -> i32;
     pub fn moe_step_export_routing(step: *const moe_step, what: i32, out: *mut *mut DLManagedTensor) -> i32;
 
     // ---- expert bias

@@ -128,6 +128,23 @@ pub struct MemoryStats {
     pub trims: i64,
 }
 
+impl MemoryStats {
+    pub(crate) fn from_raw(s: &sys::moe_memory_stats) -> MemoryStats {
+        MemoryStats {
+            current_bytes: s.current_bytes,
+            peak_bytes: s.peak_bytes,
+            total_current_bytes: s.total_current_bytes,
+            total_peak_bytes: s.total_peak_bytes,
+            num_allocations: s.num_allocations,
+            cached_bytes: s.cached_bytes,
+            reserved_bytes: s.reserved_bytes,
+            peak_reserved_bytes: s.peak_reserved_bytes,
+            device_allocations: s.device_allocations,
+            trims: s.trims,
+        }
+    }
+}
+
 impl Context {
     /// A CPU context with every default.
     pub fn new() -> Result<Context> {
@@ -157,18 +174,7 @@ impl Context {
             ..Default::default()
         };
         g.check(unsafe { sys::moe_context_memory_stats(self.unit.ctx(), &mut s) })?;
-        Ok(MemoryStats {
-            current_bytes: s.current_bytes,
-            peak_bytes: s.peak_bytes,
-            total_current_bytes: s.total_current_bytes,
-            total_peak_bytes: s.total_peak_bytes,
-            num_allocations: s.num_allocations,
-            cached_bytes: s.cached_bytes,
-            reserved_bytes: s.reserved_bytes,
-            peak_reserved_bytes: s.peak_reserved_bytes,
-            device_allocations: s.device_allocations,
-            trims: s.trims,
-        })
+        Ok(MemoryStats::from_raw(&s))
     }
 
     /// Gives every cached free block of the built-in pool back to the device (live allocations are

@@ -43,6 +43,18 @@ impl Step {
         self.raw
     }
 
+    /// What this step holds (its tape, MOE_MEM_ACTIVATIONS, and host metadata, MOE_MEM_HOST), current
+    /// and peak, in the ledger's bytes (`moe_step_memory_stats`).
+    pub fn memory_stats(&self) -> Result<crate::MemoryStats> {
+        let g = self.unit.enter()?;
+        let mut s = sys::moe_memory_stats {
+            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
+            ..Default::default()
+        };
+        g.check(unsafe { sys::moe_step_memory_stats(self.raw, &mut s) })?;
+        Ok(crate::MemoryStats::from_raw(&s))
+    }
+
     pub fn routing_stats(&self) -> Result<RoutingStats> {
         let g = self.unit.enter()?;
         let mut s = sys::moe_routing_stats {
