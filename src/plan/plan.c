@@ -44,6 +44,7 @@ MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, m
         m.attention = MOE_PLAN_ATTN_MLA, m.num_heads = 128, m.head_dim = 128, m.q_lora_rank = 1536;
         m.kv_lora_rank = 512, m.qk_rope_head_dim = 64, m.v_head_dim = 128;
         p.tp = 1, p.pp = 4, p.vpp = 4, p.ep = 64, p.dp = 64, p.seq_length = 4096, p.num_micro_batches = 64;
+        p.distributed_optimizer = 1; /* Megatron Core's MoE recipes always shard the optimizer */
     } else if (strcmp(name, "qwen3-235b-a22b") == 0) {
         /* Qwen3 technical report (arXiv 2505.09388) and its config.json; layout: 256 GPUs, TP1 x PP8 x EP32,
          * MBS 1, 4096 tokens (a layout of Megatron Core's class for this model; docs/planner.md) */
