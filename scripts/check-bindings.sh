@@ -14,11 +14,6 @@ declare -A optional=(
   [moe_comm_nccl_unique_id]="GPU builds only"
   [moe_comm_create_nccl]="GPU builds only"
   [moe_context_last_error]="moe_last_error (thread-local) always carries the same latest message"
-  [moe_plan_model_init]="memory planner: Rust binds it; Go and Julia bindings not written yet"
-  [moe_plan_parallel_init]="memory planner: Rust binds it; Go and Julia bindings not written yet"
-  [moe_plan_model_preset]="memory planner: Rust binds it; Go and Julia bindings not written yet"
-  [moe_plan_estimate]="memory planner: Rust binds it; Go and Julia bindings not written yet"
-  [moe_plan_layer_estimate]="memory planner: Rust binds it; Go and Julia bindings not written yet"
 )
 
 fail=0
