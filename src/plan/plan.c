@@ -177,7 +177,6 @@ static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, 
     if (m->num_experts > 0 && (m->top_k <= 0 || m->top_k > m->num_experts || m->moe_ffn_hidden_size <= 0))
         return BAD("model with experts needs 1 <= top_k <= num_experts and moe_ffn_hidden_size > 0");
     int64_t dense_layers = 0;
-    P->m = *m; /* is_moe_layer reads P->m */
     for (int64_t l = 0; l < m->num_layers; l++) dense_layers += !is_moe_layer(P, l);
     if (dense_layers > 0 && m->ffn_hidden_size <= 0) return BAD("dense layers need model.ffn_hidden_size > 0");
     const int32_t dims[] = {p->tp, p->cp, p->dp, p->pp, p->vpp, p->ep, p->etp, p->micro_batch, p->num_micro_batches,

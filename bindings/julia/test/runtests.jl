@@ -34,7 +34,7 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.CommHooksTable) == 72
         @test sizeof(LibMoE.LayoutConfig) == 56
         @test sizeof(LibMoE.PlanModel) == 120
-        @test sizeof(LibMoE.PlanParallel) == 104
+        @test sizeof(LibMoE.PlanParallel) == 96
         @test sizeof(LibMoE.PlanResult) == 176
         @test fieldoffset(LibMoE.LayoutConfig, Base.fieldindex(LibMoE.LayoutConfig, :order)) == 48
         @test sizeof(LibMoE.ParallelConfig) == 72
