@@ -542,6 +542,106 @@ MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, 
 /* NULL is a no-op. */
 MOE_API void moe_dispatch_destroy(moe_dispatch *h);
 
+/* ================================================================ memory planner (0.2)
+ * Predicts, from formulas and without allocating anything, what training a model under a parallel
+ * layout needs per GPU (by category) and how many bytes each GPU sends per step in every parallel
+ * group, and whether that fits a device. docs/planner.md gives every formula and its source, and
+ * compares the presets with published figures. The MoE layer of this engine on one rank is predicted
+ * exactly from what its step tape allocates (moe_plan_layer_estimate). */
+enum { MOE_PLAN_ATTN_GQA = 0 /* MHA / GQA: num_heads, num_kv_heads, head_dim */, MOE_PLAN_ATTN_MLA = 1 };
+typedef struct moe_plan_model {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t num_layers;             /* transformer layers (required) */
+    int32_t first_dense_layers;     /* leading layers with a dense MLP */
+    int32_t moe_layer_freq;         /* after those, every n-th layer is MoE (the others dense); 0 = 1 */
+    int32_t num_experts;            /* E routed experts; 0 = a dense model */
+    int32_t top_k;                  /* K (required with experts) */
+    int32_t num_shared_experts;     /* shared experts per MoE layer */
+    int64_t hidden_size;            /* H (required) */
+    int64_t ffn_hidden_size;        /* dense MLP F (required when a layer is dense) */
+    int64_t moe_ffn_hidden_size;    /* per routed expert (required with experts) */
+    int64_t shared_ffn_hidden_size; /* per shared expert; 0 = moe_ffn_hidden_size */
+    int64_t vocab_size;             /* V (required) */
+    int32_t activation;             /* MOE_ACT_*: gated ones (SwiGLU, GeGLU) make FC1 2F x H */
+    int32_t tied_embeddings;        /* 1 = output layer shares the embedding */
+    int32_t attention;              /* MOE_PLAN_ATTN_* */
+    int32_t num_heads;              /* required */
+    int32_t num_kv_heads;           /* GQA; 0 = num_heads */
+    int32_t head_dim;               /* GQA head size, MLA q/k "nope" size; 0 = H / num_heads */
+    int32_t q_lora_rank;            /* MLA query compression; 0 = none */
+    int32_t kv_lora_rank;           /* MLA (required with MLA) */
+    int32_t qk_rope_head_dim;       /* MLA decoupled RoPE size */
+    int32_t v_head_dim;             /* MLA value head size; 0 = head_dim */
+} moe_plan_model;
+
+enum { MOE_RECOMPUTE_NONE = 0, MOE_RECOMPUTE_SELECTIVE = 1 /* norms and activation functions */,
+       MOE_RECOMPUTE_FULL = 2 /* every layer from its input */ };
+enum { MOE_OFFLOAD_OPTIMIZER = 1 /* master weights and Adam states on the host */,
+       MOE_OFFLOAD_ACTIVATIONS = 2 /* activations of waiting micro-batches on the host */ };
+typedef struct moe_plan_parallel {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t tp, cp, dp, pp;         /* attention layout (MATH.md §8); 0 = 1 */
+    int32_t vpp;                    /* virtual pipeline stages per rank (interleaved 1F1B); 0 = 1 */
+    int32_t ep, etp;                /* MoE layout; 0 = 1. EDP = tp cp dp / (ep etp) */
+    int32_t micro_batch;            /* sequences per micro-batch; 0 = 1 */
+    int64_t seq_length;             /* tokens per sequence (required) */
+    int32_t num_micro_batches;      /* per step and data-parallel rank; 0 = pp */
+    int32_t param_bytes;            /* bytes per weight; 0 = 2 (bf16) */
+    int32_t grad_bytes;             /* bytes per gradient; 0 = 4 (fp32 main grads) */
+    int32_t optimizer_bytes;        /* bytes per parameter of optimizer state; 0 = 12 (fp32 master + Adam m, v) */
+    int32_t activation_bytes;       /* bytes per activation element; 0 = 2 (bf16) */
+    int32_t distributed_optimizer;  /* 1 = optimizer state sharded over DP x CP (experts: EDP) */
+    int32_t recompute;              /* MOE_RECOMPUTE_* */
+    int32_t offload;                /* MOE_OFFLOAD_* bits */
+    int64_t device_memory_bytes;    /* the device to check against; 0 = no check */
+} moe_plan_parallel;
+
+/* Categories of moe_plan_result.bytes, and groups of comm_bytes. */
+enum {
+    MOE_PLAN_WEIGHTS = 0, MOE_PLAN_GRADS = 1, MOE_PLAN_OPTIMIZER = 2, MOE_PLAN_ACTIVATIONS = 3,
+    MOE_PLAN_COMM_BUFFERS = 4, MOE_PLAN_WORKSPACE = 5, MOE_PLAN_NUM_CATEGORIES = 8
+};
+enum {
+    MOE_PLAN_COMM_EP = 0,  /* token all-to-all (dispatch and combine, forward and backward) */
+    MOE_PLAN_COMM_TP = 1,  /* sequence-parallel all-gathers and reduce-scatters */
+    MOE_PLAN_COMM_CP = 2,  /* key/value exchange of context parallelism */
+    MOE_PLAN_COMM_DP = 3,  /* gradient reduction (and parameter all-gather) of dense weights over DP x CP */
+    MOE_PLAN_COMM_EDP = 4, /* the same for expert weights over EDP */
+    MOE_PLAN_COMM_PP = 5,  /* pipeline send/receive of activations and their gradients */
+    MOE_PLAN_COMM_NUM = 8
+};
+typedef struct moe_plan_result {
+    uint32_t struct_size;           /* set by the caller; the engine fills min(struct_size, its size) bytes */
+    int32_t stage;                  /* pipeline stage the figures are for: the one needing the most memory */
+    int64_t bytes[MOE_PLAN_NUM_CATEGORIES]; /* per GPU of that stage, at the step's peak */
+    int64_t total_bytes;
+    int64_t device_memory_bytes;    /* as given */
+    int32_t fits;                   /* 1 = total_bytes <= device_memory_bytes, 0 = not, -1 = not checked */
+    int32_t reserved;
+    int64_t comm_bytes[MOE_PLAN_COMM_NUM]; /* bytes one GPU of that stage sends per step, per group */
+    int64_t params_total;           /* parameters of the whole model */
+    int64_t params_per_gpu;         /* parameters held by one GPU of that stage */
+} moe_plan_result;
+
+MOE_API int32_t moe_plan_model_init(moe_plan_model *model, size_t struct_size);
+MOE_API int32_t moe_plan_parallel_init(moe_plan_parallel *par, size_t struct_size);
+/* Fills model and par (both from their *_init first) with a published model and its published
+ * training layout: "deepseek-v3", "qwen3-235b-a22b", "mixtral-8x7b" (docs/planner.md). par may be NULL. */
+MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, moe_plan_parallel *par);
+MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out);
+/* One MoE layer of this engine on one rank: the ledger's peaks (moe_context_memory_stats) of creating
+ * a layer with cfg on ctx and running one training forward and backward of `tokens` tokens, predicted
+ * from what the step tape allocates (rounded like the allocator). out->struct_size is set by the
+ * caller; peak_bytes and total_peak_bytes are filled, every other field is 0. Where the rows each
+ * expert receives decide a size (dropless routing, capacity without padding), the prediction takes
+ * every routed row as kept and the mean padding of the single-rank dispatcher's row alignment. */
+MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config *cfg, int64_t tokens,
+                                        moe_memory_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

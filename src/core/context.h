@@ -73,6 +73,9 @@ struct moe_context {
 /* 64-byte aligned; charged to category; ordered on ctx->cur_stream. Returns NULL on failure (and
  * records an error on ctx). */
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category);
+/* The size the pool allocates (and the ledger charges) for a request of `bytes` (src/plan mirrors the
+ * ledger with it). */
+size_t moe_mem_round_size(size_t bytes);
 /* Returns a block to the pool in the order of ctx->cur_stream: reusable by later work on that stream
  * at once, by other streams once the stream has passed this point. */
 void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);

@@ -29,7 +29,7 @@ int moe_size_mul(size_t a, size_t b, size_t *out)
 /* Sizes are rounded to 256 bytes, and above 1 MiB to eighths of their power of two (at most 12.5%
  * waste): dropless routing changes buffer sizes slightly every step, and coarse size classes let the
  * pool's exact-size match reuse the previous step's blocks instead of faulting in fresh pages. */
-static size_t round_up(size_t bytes)
+size_t moe_mem_round_size(size_t bytes)
 {
     size_t r = (bytes + 255) & ~(size_t)255;
     if (r <= ((size_t)1 << 20)) return r;
@@ -82,7 +82,7 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
         moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "allocation of %zu bytes is too large", bytes);
         return NULL;
     }
-    size_t sz = round_up(bytes);
+    size_t sz = moe_mem_round_size(bytes);
     void *p = NULL;
     if (ctx->capturing) { /* a graph cannot own pool memory: the capture is abandoned (core/graph.c) */
         ctx->capture_broken = 1;
@@ -131,7 +131,7 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
 {
     if (!ptr) return;
     if (bytes == 0) bytes = 1;
-    size_t sz = round_up(bytes);
+    size_t sz = moe_mem_round_size(bytes);
     if (ctx->capturing) { /* no event may be recorded on a capturing stream: free after the capture */
         if (ctx->deferred_count == ctx->deferred_cap) {
             int32_t cap = ctx->deferred_cap ? 2 * ctx->deferred_cap : 16;

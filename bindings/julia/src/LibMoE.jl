@@ -26,6 +26,7 @@ include("layer.jl")
 include("params.jl")
 include("step.jl")
 include("dispatcher.jl")
+include("plan.jl")
 
 export MoeError, Context, Layer, Step, Dispatcher, Dispatch, TensorView, TrackingAllocator, RoutingStats, DeviceArray
 export forward, forward!, backward, backward!, routing_stats, export_routing
@@ -35,6 +36,7 @@ export backward_data!, backward_data, backward_weights!, reset_global_aux!, redu
 export Comm, CommHooks, Layout, LayerConfig, build_features, status_string, memory_stats, memory_trim!
 export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispatch_backward, local_experts
 export dispatch_rows!, combine!, combine_backward!, dispatch_backward!
+export PlanModel, PlanParallel, PlanResult, plan_preset, plan_estimate, plan_layer_estimate
 
 # The library handle and resolved symbols are per process: never reuse ones from a precompile run.
 function __init__()

@@ -27,6 +27,8 @@ const SYMBOL_NAMES = (
     :moe_comm_rank, :moe_comm_size, :moe_comm_split, :moe_comm_split_layout,
     :moe_layout_config_init, :moe_layout_create, :moe_layout_destroy, :moe_layout_group, :moe_layout_sizes,
     :moe_parallel_config_init, :moe_layer_create_parallel, :moe_layer_reduce_grads,
+    :moe_plan_model_init, :moe_plan_parallel_init, :moe_plan_model_preset, :moe_plan_estimate,
+    :moe_plan_layer_estimate,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 

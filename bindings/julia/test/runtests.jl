@@ -33,6 +33,9 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.CommConfig) == 24
         @test sizeof(LibMoE.CommHooksTable) == 72
         @test sizeof(LibMoE.LayoutConfig) == 56
+        @test sizeof(LibMoE.PlanModel) == 120
+        @test sizeof(LibMoE.PlanParallel) == 96
+        @test sizeof(LibMoE.PlanResult) == 176
         @test fieldoffset(LibMoE.LayoutConfig, Base.fieldindex(LibMoE.LayoutConfig, :order)) == 48
         @test sizeof(LibMoE.ParallelConfig) == 72
     end
@@ -48,4 +51,5 @@ include("hooks_helpers.jl")
     include("comm_ownership_tests.jl")
     include("two_rank_tests.jl")
     include("device_tests.jl")
+    include("plan_tests.jl")
 end

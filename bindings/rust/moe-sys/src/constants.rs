@@ -125,3 +125,26 @@ pub const MOE_DISPATCHER_ALL_TO_ALL: i32 = 0;
 pub const MOE_DISPATCHER_ALL_GATHER: i32 = 1;
 pub const MOE_COMBINE_WEIGHTED: i32 = 0;
 pub const MOE_COMBINE_UNWEIGHTED: i32 = 1;
+
+// ---- memory planner (0.2)
+pub const MOE_PLAN_ATTN_GQA: i32 = 0;
+pub const MOE_PLAN_ATTN_MLA: i32 = 1;
+pub const MOE_RECOMPUTE_NONE: i32 = 0;
+pub const MOE_RECOMPUTE_SELECTIVE: i32 = 1;
+pub const MOE_RECOMPUTE_FULL: i32 = 2;
+pub const MOE_OFFLOAD_OPTIMIZER: i32 = 1;
+pub const MOE_OFFLOAD_ACTIVATIONS: i32 = 2;
+pub const MOE_PLAN_WEIGHTS: usize = 0;
+pub const MOE_PLAN_GRADS: usize = 1;
+pub const MOE_PLAN_OPTIMIZER: usize = 2;
+pub const MOE_PLAN_ACTIVATIONS: usize = 3;
+pub const MOE_PLAN_COMM_BUFFERS: usize = 4;
+pub const MOE_PLAN_WORKSPACE: usize = 5;
+pub const MOE_PLAN_NUM_CATEGORIES: usize = 8;
+pub const MOE_PLAN_COMM_EP: usize = 0;
+pub const MOE_PLAN_COMM_TP: usize = 1;
+pub const MOE_PLAN_COMM_CP: usize = 2;
+pub const MOE_PLAN_COMM_DP: usize = 3;
+pub const MOE_PLAN_COMM_EDP: usize = 4;
+pub const MOE_PLAN_COMM_PP: usize = 5;
+pub const MOE_PLAN_COMM_NUM: usize = 8;

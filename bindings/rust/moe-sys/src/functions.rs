@@ -194,4 +194,20 @@ extern "C" {
         stream: *mut c_void,
     ) -> i32;
     pub fn moe_dispatch_destroy(h: *mut moe_dispatch);
+
+    // ---- memory planner
+    pub fn moe_plan_model_init(model: *mut moe_plan_model, struct_size: usize) -> i32;
+    pub fn moe_plan_parallel_init(par: *mut moe_plan_parallel, struct_size: usize) -> i32;
+    pub fn moe_plan_model_preset(name: *const c_char, model: *mut moe_plan_model, par: *mut moe_plan_parallel) -> i32;
+    pub fn moe_plan_estimate(
+        model: *const moe_plan_model,
+        par: *const moe_plan_parallel,
+        out: *mut moe_plan_result,
+    ) -> i32;
+    pub fn moe_plan_layer_estimate(
+        ctx: *mut moe_context,
+        cfg: *const moe_layer_config,
+        tokens: i64,
+        out: *mut moe_memory_stats,
+    ) -> i32;
 }

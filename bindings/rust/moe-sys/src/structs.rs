@@ -2,7 +2,7 @@
 //! {struct_size, api_version, next}: fill them with the matching `*_init` first.
 use std::ffi::{c_char, c_void};
 
-use crate::constants::MOE_MEM_NUM_CATEGORIES;
+use crate::constants::{MOE_MEM_NUM_CATEGORIES, MOE_PLAN_COMM_NUM, MOE_PLAN_NUM_CATEGORIES};
 use crate::hooks::{moe_allocator, moe_logger, moe_profiler};
 
 macro_rules! opaque {
@@ -168,4 +168,75 @@ pub struct moe_dispatcher_config {
     pub pad_to_capacity: i32,
     pub combine: i32,
     pub reserved0: i32,
+}
+
+// ---- memory planner (0.2)
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_plan_model {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub num_layers: i32,
+    pub first_dense_layers: i32,
+    pub moe_layer_freq: i32,
+    pub num_experts: i32,
+    pub top_k: i32,
+    pub num_shared_experts: i32,
+    pub hidden_size: i64,
+    pub ffn_hidden_size: i64,
+    pub moe_ffn_hidden_size: i64,
+    pub shared_ffn_hidden_size: i64,
+    pub vocab_size: i64,
+    pub activation: i32,
+    pub tied_embeddings: i32,
+    pub attention: i32,
+    pub num_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub q_lora_rank: i32,
+    pub kv_lora_rank: i32,
+    pub qk_rope_head_dim: i32,
+    pub v_head_dim: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_plan_parallel {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub tp: i32,
+    pub cp: i32,
+    pub dp: i32,
+    pub pp: i32,
+    pub vpp: i32,
+    pub ep: i32,
+    pub etp: i32,
+    pub micro_batch: i32,
+    pub seq_length: i64,
+    pub num_micro_batches: i32,
+    pub param_bytes: i32,
+    pub grad_bytes: i32,
+    pub optimizer_bytes: i32,
+    pub activation_bytes: i32,
+    pub distributed_optimizer: i32,
+    pub recompute: i32,
+    pub offload: i32,
+    pub device_memory_bytes: i64,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct moe_plan_result {
+    pub struct_size: u32,
+    pub stage: i32,
+    pub bytes: [i64; MOE_PLAN_NUM_CATEGORIES],
+    pub total_bytes: i64,
+    pub device_memory_bytes: i64,
+    pub fits: i32,
+    pub reserved: i32,
+    pub comm_bytes: [i64; MOE_PLAN_COMM_NUM],
+    pub params_total: i64,
+    pub params_per_gpu: i64,
 }

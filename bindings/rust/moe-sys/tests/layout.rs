@@ -67,6 +67,21 @@ fn rust_layouts() -> Vec<Layout> {
             struct_size, api_version, next, kind, dtype, hidden, num_experts, top_k, capacity_factor, drop_policy,
             pad_to_capacity, combine, reserved0
         }),
+        layout!(moe_plan_model {
+            struct_size, api_version, next, num_layers, first_dense_layers, moe_layer_freq, num_experts, top_k,
+            num_shared_experts, hidden_size, ffn_hidden_size, moe_ffn_hidden_size, shared_ffn_hidden_size, vocab_size,
+            activation, tied_embeddings, attention, num_heads, num_kv_heads, head_dim, q_lora_rank, kv_lora_rank,
+            qk_rope_head_dim, v_head_dim
+        }),
+        layout!(moe_plan_parallel {
+            struct_size, api_version, next, tp, cp, dp, pp, vpp, ep, etp, micro_batch, seq_length, num_micro_batches,
+            param_bytes, grad_bytes, optimizer_bytes, activation_bytes, distributed_optimizer, recompute, offload,
+            device_memory_bytes
+        }),
+        layout!(moe_plan_result {
+            struct_size, stage, bytes, total_bytes, device_memory_bytes, fits, reserved, comm_bytes, params_total,
+            params_per_gpu
+        }),
     ]
 }
 

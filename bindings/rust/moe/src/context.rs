@@ -177,6 +177,19 @@ impl Context {
         Ok(MemoryStats::from_raw(&s))
     }
 
+    /// The ledger's peaks (`peak_bytes`, `total_peak_bytes`) that creating a layer with `cfg` on this
+    /// context and running one training forward and backward of `tokens` tokens would reach
+    /// (`moe_plan_layer_estimate`); the other fields are 0.
+    pub fn plan_layer_estimate(&self, cfg: &crate::config::LayerConfig, tokens: i64) -> Result<MemoryStats> {
+        let g = self.unit.enter()?;
+        let mut s = sys::moe_memory_stats {
+            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
+            ..Default::default()
+        };
+        g.check(unsafe { sys::moe_plan_layer_estimate(self.unit.ctx(), cfg.raw(), tokens, &mut s) })?;
+        Ok(MemoryStats { peak_bytes: s.peak_bytes, total_peak_bytes: s.total_peak_bytes, ..Default::default() })
+    }
+
     /// Gives every cached free block of the built-in pool back to the device (live allocations are
     /// untouched), waiting for the context's stream.
     pub fn memory_trim(&self) -> Result<()> {
