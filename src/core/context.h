@@ -81,8 +81,6 @@ size_t moe_mem_round_size(size_t bytes);
 void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);
 /* Frees the pool's cached blocks, waiting for the streams that still use them (context teardown). */
 void moe_mem_trim(moe_context *ctx);
-/* The bytes the ledger charges for an allocation of `bytes` (the pool's size class). */
-size_t moe_mem_class_bytes(size_t bytes);
 /* Charges delta bytes to a ledger category (host memory the engine allocates outside the pool). */
 void moe_mem_charge(moe_context *ctx, int32_t category, int64_t delta);
 /* Frees what moe_mem_free deferred during a graph capture (after the capture ended). */

@@ -39,8 +39,6 @@ size_t moe_mem_round_size(size_t bytes)
     return (r + step - 1) / step * step;
 }
 
-size_t moe_mem_class_bytes(size_t bytes) { return round_up(bytes ? bytes : 1); }
-
 void moe_mem_charge(moe_context *ctx, int32_t category, int64_t delta) { charge(ctx, category, delta); }
 
 static void charge(moe_context *ctx, int32_t category, int64_t delta)
