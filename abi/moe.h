@@ -223,9 +223,18 @@ typedef struct moe_layer_config {
     /* since 0.2 (struct_size covers it): MOE_GRAPHS_AUTO captures forward and backward as CUDA Graphs
      * and replays them where shapes are static (docs/cuda.md, "CUDA Graphs"); MOE_GRAPHS_OFF never */
     int32_t graphs;
-    int32_t reserved1;
+    /* since 0.2: what backward recomputes instead of keeping from forward (MOE_LAYER_RECOMPUTE_* bits;
+     * 0 = keep all). The activation output is always recomputed from the FC1 output (never kept).
+     * Gradients are bitwise those of keeping everything; moe_step_memory_stats shows the saving. */
+    int32_t recompute;
 } moe_layer_config;
 enum { MOE_GRAPHS_AUTO = 0, MOE_GRAPHS_OFF = 1 };
+enum {
+    MOE_LAYER_RECOMPUTE_EXPERT_FC1 = 1, /* the experts' FC1 output [R, F1], from the kept expert input rows */
+    MOE_LAYER_RECOMPUTE_ROUTER = 2,     /* the router logits [T, E], from the layer input */
+    MOE_LAYER_RECOMPUTE_EXPERT_MLP = 4  /* the whole expert MLP: FC1 output and the expert input rows, from
+                                         * the layer input (one rank: EP = ETP = 1) */
+};
 
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size);
 

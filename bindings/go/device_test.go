@@ -300,11 +300,12 @@ func TestMemoryTrimOnAStream(t *testing.T) {
 	defer ctx.Close()
 	cfg := fixtureConfig()
 	cfg.Graphs = GraphsOff
+	cfg.Recompute = RecomputeExpertFC1 | RecomputeRouter
 	layer, err := NewLayer(ctx, cfg)
 	mustOK(t, "NewLayer", err)
 	defer layer.Close()
-	if layer.Config().Graphs != GraphsOff {
-		t.Fatalf("Graphs = %v after create", layer.Config().Graphs)
+	if layer.Config().Graphs != GraphsOff || layer.Config().Recompute != RecomputeExpertFC1|RecomputeRouter {
+		t.Fatalf("Graphs = %v, Recompute = %v after create", layer.Config().Graphs, layer.Config().Recompute)
 	}
 	step, err := NewStep(layer, nil)
 	mustOK(t, "NewStep", err)

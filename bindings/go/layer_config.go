@@ -90,6 +90,14 @@ const (
 	GraphsOff  GraphsMode = C.MOE_GRAPHS_OFF
 )
 
+// Recompute bits of LayerConfig.Recompute: what backward recomputes instead of keeping from forward
+// (gradients stay bitwise the same).
+const (
+	RecomputeExpertFC1 int32 = C.MOE_LAYER_RECOMPUTE_EXPERT_FC1 // the experts' FC1 output
+	RecomputeRouter    int32 = C.MOE_LAYER_RECOMPUTE_ROUTER     // the router logits
+	RecomputeExpertMLP int32 = C.MOE_LAYER_RECOMPUTE_EXPERT_MLP // FC1 output and expert input rows (one rank)
+)
+
 // LayerConfig mirrors moe_layer_config (abi/moe.h documents each field); zero means the default.
 // HiddenSize, FFNHiddenSize, NumExperts and TopK are required.
 type LayerConfig struct {
@@ -117,6 +125,7 @@ type LayerConfig struct {
 	NonfinitePolicy     NonfinitePolicy
 	Seed                uint64
 	Graphs              GraphsMode // CUDA Graphs capture and replay (no effect on CPU)
+	Recompute           int32      // Recompute* bits; 0 = keep everything
 }
 
 // NewLayerConfig returns the defaults of moe_layer_config_init.
@@ -161,6 +170,7 @@ func (g *LayerConfig) toC() C.moe_layer_config {
 	c.nonfinite_policy = C.int32_t(g.NonfinitePolicy)
 	c.seed = C.uint64_t(g.Seed)
 	c.graphs = C.int32_t(g.Graphs)
+	c.recompute = C.int32_t(g.Recompute)
 	return c
 }
 
@@ -190,5 +200,6 @@ func layerConfigFromC(c *C.moe_layer_config) LayerConfig {
 		NonfinitePolicy:     NonfinitePolicy(c.nonfinite_policy),
 		Seed:                uint64(c.seed),
 		Graphs:              GraphsMode(c.graphs),
+		Recompute:           int32(c.recompute),
 	}
 }

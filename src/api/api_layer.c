@@ -9,7 +9,7 @@
 #include "core/layer.h"
 #include "core/tensor_io.h"
 
-#define LAYER_CFG_MIN offsetof(moe_layer_config, graphs) /* 0.1 hosts: graphs and reserved1 read as 0 */
+#define LAYER_CFG_MIN offsetof(moe_layer_config, graphs) /* 0.1 hosts: graphs and recompute read as 0 */
 
 static const char *const slot_names[MOE_PARAM_NUM_SLOTS] = {
     "MOE_PARAM_ROUTER_WEIGHT", "MOE_PARAM_EXPERT_FC1", "MOE_PARAM_EXPERT_FC2", "MOE_PARAM_SHARED_FC1",

@@ -67,6 +67,10 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
     L->disp = (ep == 1 && etp == 1) ? &moe_dispatch_local : moe_dispatcher_find(par.dispatcher);
     if (!L->disp)
         return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "par.dispatcher = %d is not available in this build", par.dispatcher);
+    if ((L->cfg.recompute & MOE_LAYER_RECOMPUTE_EXPERT_MLP) && L->disp != &moe_dispatch_local)
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.recompute has MOE_LAYER_RECOMPUTE_EXPERT_MLP, which needs the "
+                          "expert input rows rebuilt from the layer input: one rank only (EP = ETP = 1; here EP = %d, "
+                          "ETP = %d)", ep, etp);
     moe_comm **dst[6] = {&L->ep_comm, &L->etp_comm, &L->aux_comm, &L->edp_comm, &L->dp_comm, &L->bias_comm};
     moe_comm *src[6] = {par.ep_comm, par.etp_comm, par.aux_comm, par.edp_comm, par.dp_comm, par.bias_comm};
     for (int i = 0; i < 6; i++) {

@@ -31,6 +31,32 @@ static int32_t router_backward(moe_layer *L, moe_step *step, const moe_exec *e)
     return MOE_OK;
 }
 
+/* The recompute policy (cfg.recompute): rebuilds what forward did not keep, with the very ops and
+ * operands forward used, so every value is bitwise the kept one. Forward-only side effects (the
+ * expert-bias counts, the global aux state) are not repeated: only GEMMs and the row permutation run. */
+static int32_t recompute_for_backward(moe_layer *L, moe_step *step, const moe_exec *e)
+{
+    moe_step_tape *tp = &step->tape;
+    const int32_t rc = L->cfg.recompute, cdt = L->ops->dtype;
+    const size_t es = L->ops->elem_size;
+    const int64_t T = step->T, H = L->H, E = L->E, Rx = step->Rx, F1l = L->F1_local;
+    if (rc & MOE_LAYER_RECOMPUTE_ROUTER) { /* logits [T,E] = x W_r^T, as in forward.c route() */
+        TRY(moe_step_need(step, &tp->logits, T * E, es));
+        OP(gemm, e, 0, 1, T, E, H, 1.0, tp->xs.p, cdt, H, WEIGHT_ARGS(L, MOE_PARAM_ROUTER_WEIGHT), H, 0.0,
+           tp->logits.p, E);
+    }
+    if (rc & MOE_LAYER_RECOMPUTE_EXPERT_MLP) { /* the expert input rows, as the local dispatcher made them */
+        TRY(moe_step_need(step, &tp->xr, Rx * H, es));
+        OP(permute, e, Rx, H, tp->xs.p, tp->dbuf[0].p, tp->xr.p);
+    }
+    if (rc & (MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_EXPERT_MLP)) {
+        TRY(moe_step_need(step, &tp->z, Rx * F1l, es));
+        TRY(moe_experts_recompute_fc1(L, step, e));
+    }
+    if (rc) moe_step_note_memory(step);
+    return MOE_OK;
+}
+
 /* Unchunked expert data gradient: dY_r = dispatch_grad(dy), the expert block's backward, then
  * combine_grad into dxs [T,H] (=) and tape.dprobs. */
 static int32_t experts_data_grad(moe_layer *L, moe_step *step, const moe_exec *e, void *dxs)
@@ -71,6 +97,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         TRY(moe_step_need(step, &tp->dgate, T, es));
     }
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
+    TRY(recompute_for_backward(L, step, e));
     step->reserved = 1; /* everything the local path writes is in place; growth from here is counted */
     void *dxs = (L->dtype == cdt) ? dx : tp->dxtmp.p; /* in place when the host dtype is the compute dtype */
 

@@ -1,5 +1,6 @@
 /* The expert block (see experts.h). */
 #include "core/experts.h"
+#include "core/dispatcher.h"
 
 int32_t moe_experts_reserve(moe_layer *L, moe_step *s, int64_t Rx)
 {
@@ -47,6 +48,24 @@ int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_
         OP(gemm_grouped_rows, e, g, xoff + j, 1, H, Fl, 1.0, tp->h.p, cdt, weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl),
            w2dt, H * Fl, 0.0, tp->rows.p);
         TRY(poll(pg));
+    }
+    return MOE_OK;
+}
+
+int32_t moe_experts_recompute_fc1(moe_layer *L, moe_step *s, const moe_exec *e)
+{
+    moe_step_tape *tp = &s->tape;
+    const int64_t H = L->H, F1l = L->F1_local, *xoff = tp->xoff.p;
+    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1);
+    const void *xr = NULL;
+    TRY(L->disp->expert_input(L, s, e, &xr));
+    /* one call per expert when forward was chunked (one GEMM per expert there too), else all at once */
+    const int64_t step = L->num_chunks > 1 ? 1 : L->E_local;
+    for (int64_t j = 0; j < L->E_local; j += step) {
+        const int64_t g = j + step < L->E_local ? step : L->E_local - j;
+        if (xoff[j + g] == xoff[j]) continue;
+        OP(gemm_grouped_rows, e, g, xoff + j, 1, F1l, H, 1.0, xr, cdt, weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H),
+           w1dt, F1l * H, 0.0, tp->z.p);
     }
     return MOE_OK;
 }

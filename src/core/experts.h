@@ -29,4 +29,7 @@ int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_
 int32_t moe_experts_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, int64_t j0, int64_t j1,
                                   const moe_progress *progress);
 
+/* z [Rx, F1l] = FC1 of the expert input rows again (the recompute policy; backward.c). */
+int32_t moe_experts_recompute_fc1(moe_layer *L, moe_step *s, const moe_exec *e);
+
 #endif /* MOE_CORE_EXPERTS_H */

@@ -189,6 +189,12 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
 
     /* ---- aux-loss-free bias: count what each expert actually received ---- */
     if (L->cfg.expert_bias && step->mode == MOE_STEP_TRAIN) OP(count_add, e, L->E, tp->kept_per_expert.p, L->bias_counts);
+    /* ---- recompute policy: what backward rebuilds is not kept (backward.c, recompute_for_backward) ---- */
+    const int32_t rc = L->cfg.recompute;
+    if (rc & (MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_EXPERT_MLP)) moe_buf_release(ctx, &tp->z);
+    if (rc & MOE_LAYER_RECOMPUTE_EXPERT_MLP) moe_buf_release(ctx, &tp->xr);
+    if (rc & MOE_LAYER_RECOMPUTE_ROUTER) moe_buf_release(ctx, &tp->logits);
+    if (rc) moe_step_note_memory(step);
     step->reserved = 0;
     step->state = MOE_STEP_STATE_FORWARD;
     return MOE_OK;

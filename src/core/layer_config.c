@@ -77,7 +77,9 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
         return BAD("cfg.drop_policy = %d; expected MOE_DROP_PROBS(0) or MOE_DROP_POSITION(1)", c.drop_policy);
     if (c.graphs != MOE_GRAPHS_AUTO && c.graphs != MOE_GRAPHS_OFF)
         return BAD("cfg.graphs = %d; expected MOE_GRAPHS_AUTO (0) or MOE_GRAPHS_OFF (1)", c.graphs);
-    if (c.reserved1 != 0) return BAD("cfg.reserved1 = %d; expected 0", c.reserved1);
+    if (c.recompute & ~(MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP))
+        return BAD("cfg.recompute = %d; expected a combination of MOE_LAYER_RECOMPUTE_EXPERT_FC1 (1), "
+                   "MOE_LAYER_RECOMPUTE_ROUTER (2) and MOE_LAYER_RECOMPUTE_EXPERT_MLP (4)", c.recompute);
     if (c.pad_to_capacity != 0 && c.pad_to_capacity != 1)
         return BAD("cfg.pad_to_capacity = %d; expected 0 or 1", c.pad_to_capacity);
     if (c.pad_to_capacity && c.capacity_factor == 0)

@@ -50,6 +50,10 @@ const NONFINITE_PROPAGATE = Int32(1)
 # Whether a layer captures its calls as CUDA Graphs (the `graphs` keyword; no effect on CPU).
 const GRAPHS_AUTO = Int32(0)
 const GRAPHS_OFF = Int32(1)
+# What backward recomputes instead of keeping (the `recompute` keyword: a sum of these bits).
+const LAYER_RECOMPUTE_EXPERT_FC1 = Int32(1)
+const LAYER_RECOMPUTE_ROUTER = Int32(2)
+const LAYER_RECOMPUTE_EXPERT_MLP = Int32(4)
 
 # Memory ledger categories (index `MEM_* + 1` into MemoryStats.current_bytes / peak_bytes).
 const MEM_WEIGHTS = Int32(0)
@@ -143,7 +147,7 @@ mutable struct LayerConfig
     reserved0::Int32
     seed::UInt64
     graphs::Int32      # GRAPHS_* (since 0.2)
-    reserved1::Int32
+    recompute::Int32   # LAYER_RECOMPUTE_* bits (since 0.2)
 end
 
 mutable struct StepConfig

@@ -60,3 +60,16 @@ end
     close(layer)
     close(ctx)
 end
+
+@testset "recompute keyword" begin
+    ctx = Context()
+    x = reshape(Float32.(sin.(1:8*6)), 8, 6)
+    run(rc) = (l = Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2, seed = 5,
+                         recompute = rc); s = Step(l); y = forward(l, s, x);
+               a = memory_stats(s).current_bytes[LibMoE.MEM_ACTIVATIONS + 1]; close(s); close(l); (y, a))
+    y0, a0 = run(Int32(0))
+    y1, a1 = run(LibMoE.LAYER_RECOMPUTE_EXPERT_FC1 | LibMoE.LAYER_RECOMPUTE_ROUTER)
+    @test y1 == y0
+    @test a1 < a0
+    close(ctx)
+end

@@ -78,6 +78,9 @@ pub const MOE_NONFINITE_PROPAGATE: i32 = 1;
 
 pub const MOE_GRAPHS_AUTO: i32 = 0;
 pub const MOE_GRAPHS_OFF: i32 = 1;
+pub const MOE_LAYER_RECOMPUTE_EXPERT_FC1: i32 = 1;
+pub const MOE_LAYER_RECOMPUTE_ROUTER: i32 = 2;
+pub const MOE_LAYER_RECOMPUTE_EXPERT_MLP: i32 = 4;
 
 // ---- parameter slots
 pub const MOE_PARAM_ROUTER_WEIGHT: i32 = 0;

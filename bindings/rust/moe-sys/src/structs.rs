@@ -83,7 +83,7 @@ pub struct moe_layer_config {
     pub seed: u64,
     /// MOE_GRAPHS_* (since 0.2, struct_size covers it)
     pub graphs: i32,
-    pub reserved1: i32,
+    pub recompute: i32,
 }
 
 #[repr(C)]

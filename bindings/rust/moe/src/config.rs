@@ -107,6 +107,9 @@ impl LayerConfig {
         seed: u64 => |c, v| c.seed = v;
         /// CUDA Graphs for static-shape calls (default `Graphs::Auto`; no effect on CPU)
         graphs: Graphs => |c, v| c.graphs = v.code();
+        /// what backward recomputes instead of keeping: a sum of `moe_sys::MOE_LAYER_RECOMPUTE_*`
+        /// bits (0 = keep all); gradients are bitwise the same
+        recompute: i32 => |c, v| c.recompute = v;
     }
 
     /// The C struct (e.g. to read a resolved config from `Layer::config`).
