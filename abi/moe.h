@@ -147,6 +147,7 @@ enum {
     MOE_MEM_COMM = 4,
     MOE_MEM_HOST = 5,        /* (0.2) host memory the engine holds: pinned staging, host copies of routing
                               * metadata (row offsets, exchange counts) */
+    MOE_MEM_OFFLOAD = 6,     /* (0.2) saved activations moved to host memory (moe_layer_config.offload) */
     MOE_MEM_NUM_CATEGORIES = 8 /* room to grow without changing the struct */
 };
 typedef struct moe_memory_stats {
@@ -227,6 +228,11 @@ typedef struct moe_layer_config {
      * 0 = keep all). The activation output is always recomputed from the FC1 output (never kept).
      * Gradients are bitwise those of keeping everything; moe_step_memory_stats shows the saving. */
     int32_t recompute;
+    /* since 0.2: saved activations moved to host memory after forward and back before backward
+     * (MOE_LAYER_OFFLOAD_* bits; 0 = none); what is recomputed is not offloaded. Gradients are bitwise
+     * those of keeping everything on the device; the ledger charges the host copies to MOE_MEM_OFFLOAD. */
+    int32_t offload;
+    int32_t reserved2;
 } moe_layer_config;
 enum { MOE_GRAPHS_AUTO = 0, MOE_GRAPHS_OFF = 1 };
 enum {
@@ -234,6 +240,12 @@ enum {
     MOE_LAYER_RECOMPUTE_ROUTER = 2,     /* the router logits [T, E], from the layer input */
     MOE_LAYER_RECOMPUTE_EXPERT_MLP = 4  /* the whole expert MLP: FC1 output and the expert input rows, from
                                          * the layer input (one rank: EP = ETP = 1) */
+};
+enum {
+    MOE_LAYER_OFFLOAD_EXPERT_FC1 = 1,   /* the experts' FC1 output [R, F1] */
+    MOE_LAYER_OFFLOAD_EXPERT_INPUT = 2, /* the expert input rows [R, H] */
+    MOE_LAYER_OFFLOAD_ROUTER = 4,       /* the router logits [T, E] */
+    MOE_LAYER_OFFLOAD_INPUT = 8         /* the layer input [T, H] in the compute dtype */
 };
 
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size);

@@ -126,7 +126,8 @@ const (
 	MemActivations = C.MOE_MEM_ACTIVATIONS
 	MemWorkspace   = C.MOE_MEM_WORKSPACE
 	MemComm        = C.MOE_MEM_COMM
-	MemHost        = C.MOE_MEM_HOST // host memory the engine holds (staging, routing metadata)
+	MemHost        = C.MOE_MEM_HOST    // host memory the engine holds (staging, routing metadata)
+	MemOffload     = C.MOE_MEM_OFFLOAD // saved activations moved to host memory (LayerConfig.Offload)
 )
 
 // MemoryStats reads the context's memory ledger.

@@ -301,10 +301,12 @@ func TestMemoryTrimOnAStream(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Graphs = GraphsOff
 	cfg.Recompute = RecomputeExpertFC1 | RecomputeRouter
+	cfg.Offload = OffloadInput
 	layer, err := NewLayer(ctx, cfg)
 	mustOK(t, "NewLayer", err)
 	defer layer.Close()
-	if layer.Config().Graphs != GraphsOff || layer.Config().Recompute != RecomputeExpertFC1|RecomputeRouter {
+	if layer.Config().Graphs != GraphsOff || layer.Config().Recompute != RecomputeExpertFC1|RecomputeRouter ||
+		layer.Config().Offload != OffloadInput {
 		t.Fatalf("Graphs = %v, Recompute = %v after create", layer.Config().Graphs, layer.Config().Recompute)
 	}
 	step, err := NewStep(layer, nil)

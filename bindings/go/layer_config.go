@@ -98,6 +98,15 @@ const (
 	RecomputeExpertMLP int32 = C.MOE_LAYER_RECOMPUTE_EXPERT_MLP // FC1 output and expert input rows (one rank)
 )
 
+// Offload bits of LayerConfig.Offload: saved activations moved to host memory between forward and
+// backward (gradients stay bitwise the same).
+const (
+	OffloadExpertFC1   int32 = C.MOE_LAYER_OFFLOAD_EXPERT_FC1
+	OffloadExpertInput int32 = C.MOE_LAYER_OFFLOAD_EXPERT_INPUT
+	OffloadRouter      int32 = C.MOE_LAYER_OFFLOAD_ROUTER
+	OffloadInput       int32 = C.MOE_LAYER_OFFLOAD_INPUT
+)
+
 // LayerConfig mirrors moe_layer_config (abi/moe.h documents each field); zero means the default.
 // HiddenSize, FFNHiddenSize, NumExperts and TopK are required.
 type LayerConfig struct {
@@ -126,6 +135,7 @@ type LayerConfig struct {
 	Seed                uint64
 	Graphs              GraphsMode // CUDA Graphs capture and replay (no effect on CPU)
 	Recompute           int32      // Recompute* bits; 0 = keep everything
+	Offload             int32      // Offload* bits; 0 = keep everything on the device
 }
 
 // NewLayerConfig returns the defaults of moe_layer_config_init.
@@ -171,6 +181,7 @@ func (g *LayerConfig) toC() C.moe_layer_config {
 	c.seed = C.uint64_t(g.Seed)
 	c.graphs = C.int32_t(g.Graphs)
 	c.recompute = C.int32_t(g.Recompute)
+	c.offload = C.int32_t(g.Offload)
 	return c
 }
 
@@ -201,5 +212,6 @@ func layerConfigFromC(c *C.moe_layer_config) LayerConfig {
 		Seed:                uint64(c.seed),
 		Graphs:              GraphsMode(c.graphs),
 		Recompute:           int32(c.recompute),
+		Offload:             int32(c.offload),
 	}
 }

@@ -97,6 +97,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         TRY(moe_step_need(step, &tp->dgate, T, es));
     }
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
+    TRY(moe_offload_before_backward(L, step, e)); /* before the recompute: it may read the offloaded input */
     TRY(recompute_for_backward(L, step, e));
     step->reserved = 1; /* everything the local path writes is in place; growth from here is counted */
     void *dxs = (L->dtype == cdt) ? dx : tp->dxtmp.p; /* in place when the host dtype is the compute dtype */

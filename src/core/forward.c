@@ -195,6 +195,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     if (rc & MOE_LAYER_RECOMPUTE_EXPERT_MLP) moe_buf_release(ctx, &tp->xr);
     if (rc & MOE_LAYER_RECOMPUTE_ROUTER) moe_buf_release(ctx, &tp->logits);
     if (rc) moe_step_note_memory(step);
+    TRY(moe_offload_after_forward(L, step, e));
     step->reserved = 0;
     step->state = MOE_STEP_STATE_FORWARD;
     return MOE_OK;

@@ -20,6 +20,8 @@ typedef struct moe_buf {
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category);
 int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes);
+/* The same, charged to `category` (MOE_MEM_HOST or MOE_MEM_OFFLOAD). */
+int32_t moe_buf_reserve_host_as(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category);
 void moe_buf_release(moe_context *ctx, moe_buf *b);
 
 /* Shape and storage of one parameter slot. */
@@ -109,6 +111,7 @@ typedef struct moe_step_tape {
     moe_buf rows;        /* [R, max(H,F1)] */
     moe_buf tok;         /* [T,H] */
     moe_buf wg16[2];     /* bf16 copies of the expert weight-gradient operands (MOE_BACKEND_CAP_BF16_GEMM) */
+    moe_buf off_host[4]; /* host copies of offloaded activations (cfg.offload; core/offload.c) */
 } moe_step_tape;
 
 /* What the host knows of a step's routing: the one copy of the plan's offsets and stats
@@ -134,8 +137,13 @@ struct moe_step {
     /* what the step holds, in ledger bytes (moe_step_memory_stats): ACTIVATIONS and HOST */
     int64_t mem_cur[MOE_MEM_NUM_CATEGORIES], mem_peak[MOE_MEM_NUM_CATEGORIES], mem_total_peak;
     int32_t mem_live;
+    int64_t off_bytes[4]; /* device bytes of each offloaded buffer now on the host (0: none) */
 };
 
+/* Offload (core/offload.c): the selected saved activations to host memory at the end of forward, and
+ * back before backward needs them. */
+int32_t moe_offload_after_forward(moe_layer *L, moe_step *step, const moe_exec *e);
+int32_t moe_offload_before_backward(moe_layer *L, moe_step *step, const moe_exec *e);
 /* Allocates every tape buffer a forward of T tokens writes (forward.c; also called before a graph
  * capture, so that the capture allocates nothing). */
 int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e);

@@ -80,6 +80,12 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     if (c.recompute & ~(MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP))
         return BAD("cfg.recompute = %d; expected a combination of MOE_LAYER_RECOMPUTE_EXPERT_FC1 (1), "
                    "MOE_LAYER_RECOMPUTE_ROUTER (2) and MOE_LAYER_RECOMPUTE_EXPERT_MLP (4)", c.recompute);
+    if (c.offload & ~(MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER |
+                      MOE_LAYER_OFFLOAD_INPUT))
+        return BAD("cfg.offload = %d; expected a combination of MOE_LAYER_OFFLOAD_EXPERT_FC1 (1), "
+                   "MOE_LAYER_OFFLOAD_EXPERT_INPUT (2), MOE_LAYER_OFFLOAD_ROUTER (4) and MOE_LAYER_OFFLOAD_INPUT (8)",
+                   c.offload);
+    if (c.reserved2 != 0) return BAD("cfg.reserved2 = %d; expected 0", c.reserved2);
     if (c.pad_to_capacity != 0 && c.pad_to_capacity != 1)
         return BAD("cfg.pad_to_capacity = %d; expected 0 or 1", c.pad_to_capacity);
     if (c.pad_to_capacity && c.capacity_factor == 0)

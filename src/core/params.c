@@ -25,7 +25,12 @@ int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t cate
 
 int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
 {
-    if (b->p && b->host && b->bytes >= bytes) return MOE_OK;
+    return moe_buf_reserve_host_as(ctx, b, bytes, MOE_MEM_HOST);
+}
+
+int32_t moe_buf_reserve_host_as(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
+{
+    if (b->p && b->host && b->bytes >= bytes && b->category == category) return MOE_OK;
     moe_buf_release(ctx, b);
     void *p = NULL;
     if (ctx->backend->host_alloc(bytes, &p) != MOE_OK)
@@ -33,9 +38,9 @@ int32_t moe_buf_reserve_host(moe_context *ctx, moe_buf *b, size_t bytes)
                           ctx->backend->name);
     b->p = p;
     b->bytes = bytes;
-    b->category = MOE_MEM_HOST;
+    b->category = category;
     b->host = 1;
-    moe_mem_charge(ctx, MOE_MEM_HOST, (int64_t)bytes);
+    moe_mem_charge(ctx, category, (int64_t)bytes);
     return MOE_OK;
 }
 
@@ -43,7 +48,7 @@ void moe_buf_release(moe_context *ctx, moe_buf *b)
 {
     if (b->p && b->host) {
         ctx->backend->host_free(b->p);
-        moe_mem_charge(ctx, MOE_MEM_HOST, -(int64_t)b->bytes);
+        moe_mem_charge(ctx, b->category, -(int64_t)b->bytes);
     }
     else if (b->p) moe_mem_free(ctx, b->p, b->bytes, b->category);
     b->p = NULL;

@@ -30,7 +30,7 @@ void moe_step_note_memory(moe_step *step)
         const moe_buf *x = i < count ? &b[i] : &step->host.plan_buf;
         if (!x->p) continue;
         int64_t n = x->host ? (int64_t)x->bytes : (int64_t)moe_mem_round_size(x->bytes ? x->bytes : 1);
-        int32_t c = x->host ? MOE_MEM_HOST : x->category;
+        int32_t c = x->category;
         if (c < 0 || c >= MOE_MEM_NUM_CATEGORIES) c = MOE_MEM_WORKSPACE;
         cur[c] += n;
         total += n;

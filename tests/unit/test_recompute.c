@@ -1,7 +1,8 @@
 /*
- * The recompute policy (moe_layer_config.recompute): every policy gives outputs, dx and parameter
- * gradients bitwise equal to keeping everything, keeps fewer activation bytes between forward and
- * backward (moe_step_memory_stats), and does not count the expert-bias statistics twice.
+ * The recompute and offload policies (moe_layer_config.recompute, .offload): every policy gives
+ * outputs, dx and parameter gradients bitwise equal to keeping everything on the device, keeps fewer
+ * device activation bytes between forward and backward (moe_step_memory_stats; offloaded bytes are
+ * charged to MOE_MEM_OFFLOAD), and does not count the expert-bias statistics twice.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -16,12 +17,13 @@ typedef struct outcome {
     float y[T * H], dx[T * H];
     float *grad[MOE_PARAM_NUM_SLOTS];
     int64_t n[MOE_PARAM_NUM_SLOTS];
-    int64_t act_after_forward, bias_counts[E];
+    int64_t act_after_forward, offload_after_forward, ctx_offload, bias_counts[E];
 } outcome;
 
 static void run(moe_layer_config c, int32_t policy, outcome *o)
 {
-    c.recompute = policy;
+    c.recompute = policy & 0xff;
+    c.offload = policy >> 8;
     lu_layer l;
     lu_create(&l, &c, 2);
     float x[T * H], dy[T * H];
@@ -31,6 +33,10 @@ static void run(moe_layer_config c, int32_t policy, outcome *o)
     moe_memory_stats ms = {.struct_size = sizeof ms};
     ck_assert_int_eq(moe_step_memory_stats(s, &ms), MOE_OK);
     o->act_after_forward = ms.current_bytes[MOE_MEM_ACTIVATIONS];
+    o->offload_after_forward = ms.current_bytes[MOE_MEM_OFFLOAD];
+    moe_memory_stats cs = {.struct_size = sizeof cs};
+    ck_assert_int_eq(moe_context_memory_stats(l.ctx, &cs), MOE_OK);
+    o->ctx_offload = cs.current_bytes[MOE_MEM_OFFLOAD];
     tu_tensor a, b;
     int64_t shape[2] = {T, H};
     tu_tensor_f32(&a, dy, 2, shape);
@@ -54,12 +60,16 @@ static void run(moe_layer_config c, int32_t policy, outcome *o)
     lu_destroy(&l);
 }
 
+/* policy: recompute bits | offload bits << 8 */
+#define OFF(bits) ((bits) << 8)
 static void same_as_keeping_all(moe_layer_config c)
 {
-    static const int32_t policies[] = {MOE_LAYER_RECOMPUTE_EXPERT_FC1, MOE_LAYER_RECOMPUTE_ROUTER,
-                                       MOE_LAYER_RECOMPUTE_EXPERT_MLP,
-                                       MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER |
-                                           MOE_LAYER_RECOMPUTE_EXPERT_MLP};
+    static const int32_t policies[] = {
+        MOE_LAYER_RECOMPUTE_EXPERT_FC1, MOE_LAYER_RECOMPUTE_ROUTER, MOE_LAYER_RECOMPUTE_EXPERT_MLP,
+        MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP,
+        OFF(MOE_LAYER_OFFLOAD_EXPERT_FC1), OFF(MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER),
+        OFF(MOE_LAYER_OFFLOAD_INPUT),
+        MOE_LAYER_RECOMPUTE_EXPERT_FC1 | OFF(MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_INPUT)};
     outcome *keep = calloc(1, sizeof *keep), *rc = calloc(1, sizeof *rc);
     run(c, 0, keep);
     int64_t prev = keep->act_after_forward;
@@ -77,8 +87,12 @@ static void same_as_keeping_all(moe_layer_config c)
         ck_assert_mem_eq(rc->bias_counts, keep->bias_counts, sizeof keep->bias_counts); /* counted once */
         ck_assert_msg(rc->act_after_forward < keep->act_after_forward, "policy %d keeps %lld bytes, all: %lld",
                       policies[i], (long long)rc->act_after_forward, (long long)keep->act_after_forward);
-        if (i == 3) ck_assert_int_le(rc->act_after_forward, prev); /* everything: the least */
-        prev = rc->act_after_forward < prev ? rc->act_after_forward : prev;
+        if (i == 3) ck_assert_int_le(rc->act_after_forward, prev); /* all recompute options: the least */
+        if (i < 4) prev = rc->act_after_forward < prev ? rc->act_after_forward : prev;
+        /* offloaded bytes are on the host, charged to MOE_MEM_OFFLOAD (the step's = the context's) */
+        if (policies[i] >> 8) ck_assert_int_gt(rc->offload_after_forward, 0);
+        else ck_assert_int_eq(rc->offload_after_forward, 0);
+        ck_assert_int_eq(rc->ctx_offload, rc->offload_after_forward);
     }
     for (int s = 0; s < MOE_PARAM_NUM_SLOTS; s++) free(keep->grad[s]);
     free(keep);
@@ -120,6 +134,11 @@ START_TEST(policy_checked)
     char msg[512];
     moe_context_last_error(ctx, msg, sizeof msg);
     ck_assert_ptr_nonnull(strstr(msg, "recompute"));
+    c.recompute = 0;
+    c.offload = 16;
+    ck_assert_int_eq(moe_layer_create(ctx, &c, &layer), MOE_ERR_INVALID_ARGUMENT);
+    moe_context_last_error(ctx, msg, sizeof msg);
+    ck_assert_ptr_nonnull(strstr(msg, "offload"));
     moe_context_destroy(ctx);
 }
 END_TEST

@@ -54,6 +54,11 @@ const GRAPHS_OFF = Int32(1)
 const LAYER_RECOMPUTE_EXPERT_FC1 = Int32(1)
 const LAYER_RECOMPUTE_ROUTER = Int32(2)
 const LAYER_RECOMPUTE_EXPERT_MLP = Int32(4)
+# Saved activations moved to host memory between forward and backward (the `offload` keyword: a sum of bits).
+const LAYER_OFFLOAD_EXPERT_FC1 = Int32(1)
+const LAYER_OFFLOAD_EXPERT_INPUT = Int32(2)
+const LAYER_OFFLOAD_ROUTER = Int32(4)
+const LAYER_OFFLOAD_INPUT = Int32(8)
 
 # Memory ledger categories (index `MEM_* + 1` into MemoryStats.current_bytes / peak_bytes).
 const MEM_WEIGHTS = Int32(0)
@@ -62,6 +67,7 @@ const MEM_ACTIVATIONS = Int32(2)
 const MEM_WORKSPACE = Int32(3)
 const MEM_COMM = Int32(4)
 const MEM_HOST = Int32(5)   # host memory the engine holds (staging, routing metadata)
+const MEM_OFFLOAD = Int32(6)  # saved activations moved to host memory (offload)
 
 # moe_memory_stats (MEM_NUM_CATEGORIES = 8 entries per category array).
 struct MemoryStats
@@ -148,6 +154,8 @@ mutable struct LayerConfig
     seed::UInt64
     graphs::Int32      # GRAPHS_* (since 0.2)
     recompute::Int32   # LAYER_RECOMPUTE_* bits (since 0.2)
+    offload::Int32     # LAYER_OFFLOAD_* bits (since 0.2)
+    reserved2::Int32
 end
 
 mutable struct StepConfig

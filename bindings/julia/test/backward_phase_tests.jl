@@ -71,5 +71,11 @@ end
     y1, a1 = run(LibMoE.LAYER_RECOMPUTE_EXPERT_FC1 | LibMoE.LAYER_RECOMPUTE_ROUTER)
     @test y1 == y0
     @test a1 < a0
+    l = Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2, seed = 5,
+              offload = LibMoE.LAYER_OFFLOAD_INPUT)
+    s = Step(l)
+    @test forward(l, s, x) == y0
+    @test memory_stats(s).current_bytes[LibMoE.MEM_OFFLOAD + 1] > 0
+    close(s); close(l)
     close(ctx)
 end

@@ -51,6 +51,7 @@ pub const MOE_MEM_ACTIVATIONS: i32 = 2;
 pub const MOE_MEM_WORKSPACE: i32 = 3;
 pub const MOE_MEM_COMM: i32 = 4;
 pub const MOE_MEM_HOST: i32 = 5;
+pub const MOE_MEM_OFFLOAD: i32 = 6;
 pub const MOE_MEM_NUM_CATEGORIES: usize = 8;
 
 // ---- layer config
@@ -81,6 +82,10 @@ pub const MOE_GRAPHS_OFF: i32 = 1;
 pub const MOE_LAYER_RECOMPUTE_EXPERT_FC1: i32 = 1;
 pub const MOE_LAYER_RECOMPUTE_ROUTER: i32 = 2;
 pub const MOE_LAYER_RECOMPUTE_EXPERT_MLP: i32 = 4;
+pub const MOE_LAYER_OFFLOAD_EXPERT_FC1: i32 = 1;
+pub const MOE_LAYER_OFFLOAD_EXPERT_INPUT: i32 = 2;
+pub const MOE_LAYER_OFFLOAD_ROUTER: i32 = 4;
+pub const MOE_LAYER_OFFLOAD_INPUT: i32 = 8;
 
 // ---- parameter slots
 pub const MOE_PARAM_ROUTER_WEIGHT: i32 = 0;

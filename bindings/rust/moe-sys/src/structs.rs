@@ -84,6 +84,8 @@ pub struct moe_layer_config {
     /// MOE_GRAPHS_* (since 0.2, struct_size covers it)
     pub graphs: i32,
     pub recompute: i32,
+    pub offload: i32,
+    pub reserved2: i32,
 }
 
 #[repr(C)]

@@ -47,7 +47,8 @@ fn rust_layouts() -> Vec<Layout> {
             struct_size, api_version, next, hidden_size, ffn_hidden_size, num_experts, top_k, activation,
             score_function, num_groups, group_topk, scaling_factor, expert_bias, bias_update_rate, aux_loss_type,
             aux_loss_coeff, seq_length, z_loss_coeff, capacity_factor, drop_policy, pad_to_capacity,
-            shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed, graphs, recompute
+            shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed, graphs, recompute,
+            offload, reserved2
         }),
         layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale }),
         layout!(moe_routing_stats {

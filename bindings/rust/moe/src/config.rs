@@ -110,6 +110,9 @@ impl LayerConfig {
         /// what backward recomputes instead of keeping: a sum of `moe_sys::MOE_LAYER_RECOMPUTE_*`
         /// bits (0 = keep all); gradients are bitwise the same
         recompute: i32 => |c, v| c.recompute = v;
+        /// saved activations moved to host memory between forward and backward: a sum of
+        /// `moe_sys::MOE_LAYER_OFFLOAD_*` bits (0 = none); gradients are bitwise the same
+        offload: i32 => |c, v| c.offload = v;
     }
 
     /// The C struct (e.g. to read a resolved config from `Layer::config`).
