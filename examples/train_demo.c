@@ -47,6 +47,7 @@ enum {
 
 typedef struct options {
     int steps, layers, experts, top_k, threads, quiet;
+    int32_t recompute, offload; /* moe_layer_config policies (--recompute, --offload) */
     float aux;
     uint64_t seed;
     const char *report;
@@ -55,7 +56,7 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: train_demo [--steps N] [--layers L] [--experts E] [--topk K] [--aux ALPHA] [--threads N]\n"
-               "                  [--seed S] [--report PATH] [--quiet]\n"
+               "                  [--seed S] [--report PATH] [--quiet] [--recompute] [--offload]\n"
                "  --steps N      optimiser steps (default 800)\n"
                "  --layers L     MoE layers (default 2)\n"
                "  --experts E    experts per layer (default 8)\n"
@@ -64,7 +65,11 @@ static void usage(FILE *f)
                "  --threads N    engine CPU threads, 0 = all cores (default 0)\n"
                "  --seed S       seed of the data, the initialisation and the batches (default 1)\n"
                "  --report PATH  SVG report (default moe_demo_report.svg)\n"
-               "  --quiet        print only the summary\n");
+               "  --quiet        print only the summary\n"
+               "  --recompute    layers keep no FC1 output, expert input rows or router logits for backward:\n"
+               "                 they are recomputed (same gradients, less activation memory)\n"
+               "  --offload      layers move those saved activations and their input to host memory between\n"
+               "                 forward and backward (same gradients)\n");
 }
 
 static long long parse_number(const char *opt, const char *text, long long lo, long long hi)
@@ -94,11 +99,20 @@ static float parse_real(const char *opt, const char *text, double lo, double hi)
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {800, 2, 8, 1, 0, 0, 1e-3f, 1, "moe_demo_report.svg"};
+    options o = {800, 2, 8, 1, 0, 0, 0, 0, 1e-3f, 1, "moe_demo_report.svg"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quiet")) {
             o.quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--recompute")) { /* everything the layer can rebuild in backward */
+            o.recompute = MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP;
+            continue;
+        }
+        if (!strcmp(a, "--offload")) { /* every saved activation it can move to host memory */
+            o.offload = MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER |
+                        MOE_LAYER_OFFLOAD_INPUT;
             continue;
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -255,6 +269,8 @@ typedef struct run {
     demo_rng rng;             /* the training batches */
     batch train;
     float *loss, *loss_smooth; /* [steps] */
+    int64_t held_after_forward; /* most activation bytes the layers kept for backward (device), and ... */
+    int64_t offloaded_after_forward; /* ... on the host (offload) */
     double ema;
     float *expected;          /* the exact expected loss ... */
     int *expected_step;       /* ... after these steps */
@@ -286,7 +302,8 @@ static void setup(run *r, int argc, char **argv)
     cc.num_threads = o->threads;
     demo_check(NULL, moe_context_create(&cc, &r->ctx), "moe_context_create");
     demo_check(r->ctx, moe_context_num_threads(r->ctx, &r->threads), "moe_context_num_threads");
-    demo_model_config mc = {VOCAB, HIDDEN, FFN, o->experts, o->top_k, o->layers, o->aux, o->seed};
+    demo_model_config mc = {VOCAB,    HIDDEN,  FFN,         o->experts, o->top_k, o->layers, o->aux,
+                            o->seed, o->recompute, o->offload};
     demo_model_create(&r->model, r->ctx, &mc, TOKENS_PER_MICROBATCH);
 
     demo_rng_seed(&r->rng, o->seed * 2 + 1);
@@ -338,6 +355,12 @@ static void train_step(run *r, int step)
         loss += demo_model_forward(m, b->inputs, b->targets, TOKENS_PER_MICROBATCH, MOE_STEP_TRAIN,
                                    1.0f / MICROBATCHES) / MICROBATCHES;
         r->aux += demo_model_aux_loss(m) / MICROBATCHES;
+        moe_memory_stats held; /* what all layers' steps keep between forward and backward */
+        memory_stats(r->ctx, &held);
+        if (held.current_bytes[MOE_MEM_ACTIVATIONS] > r->held_after_forward)
+            r->held_after_forward = held.current_bytes[MOE_MEM_ACTIVATIONS];
+        if (held.current_bytes[MOE_MEM_OFFLOAD] > r->offloaded_after_forward)
+            r->offloaded_after_forward = held.current_bytes[MOE_MEM_OFFLOAD];
         demo_model_fetch_routing(m, TOKENS_PER_MICROBATCH, r->window_per_expert);
         count_routing(m, b->source, TOKENS_PER_MICROBATCH, r->window_load);
         demo_model_backward(m, b->inputs, b->targets, TOKENS_PER_MICROBATCH, 1.0f / MICROBATCHES);
@@ -411,6 +434,12 @@ static int finish(run *r, double seconds)
            expected_last - r->src.floor_nats);
     printf("engine memory: %s in use, peak %s\n", demo_format_bytes(ms.total_current_bytes, cur, sizeof cur),
            demo_format_bytes(ms.total_peak_bytes, peak, sizeof peak));
+    char act[24], held[24], off[24];
+    printf("activations (recompute %s, offload %s): kept for backward %s on the device + %s on the host; "
+           "peak %s\n", o->recompute ? "on" : "off", o->offload ? "on" : "off",
+           demo_format_bytes(r->held_after_forward, held, sizeof held),
+           demo_format_bytes(r->offloaded_after_forward, off, sizeof off),
+           demo_format_bytes(ms.peak_bytes[MOE_MEM_ACTIVATIONS], act, sizeof act));
 
     demo_report rep = {r->title, r->loss, r->loss_smooth, LOSS_EMA, o->steps, r->src.floor_nats,
                        r->src.source_aware_floor_nats, log((double)VOCAB), r->expected_step, r->expected,

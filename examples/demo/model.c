@@ -158,6 +158,8 @@ void demo_model_create(demo_model *m, moe_context *ctx, const demo_model_config 
         lc.aux_loss_type = cfg->aux_coeff > 0.0f ? MOE_AUX_SWITCH : MOE_AUX_NONE;
         lc.aux_loss_coeff = cfg->aux_coeff;
         lc.param_dtype = MOE_DTYPE_FP32;
+        lc.recompute = cfg->recompute;
+        lc.offload = cfg->offload;
         lc.seed = cfg->seed * 1000003ull + (uint64_t)l;
         demo_check(ctx, moe_layer_create(ctx, &lc, &m->layers[l]), "moe_layer_create");
         demo_check(ctx, moe_layer_set_grad_mode(m->layers[l], MOE_GRAD_ACCUMULATE), "moe_layer_set_grad_mode");

@@ -31,6 +31,8 @@ typedef struct demo_model_config {
     int layers;       /* L */
     float aux_coeff;  /* switch aux loss alpha; 0 = none */
     uint64_t seed;    /* host init and layer seeds */
+    int32_t recompute; /* moe_layer_config.recompute bits */
+    int32_t offload;   /* moe_layer_config.offload bits */
 } demo_model_config;
 
 /* One parameter tensor the optimiser updates. */
