@@ -120,6 +120,7 @@ void fill_elementwise(moe_ops *t);
 void fill_route(moe_ops *t);
 void fill_dispatch(moe_ops *t);
 void fill_rows(moe_ops *t);
+void fill_quant(moe_ops *t);
 
 } // namespace MOE_KNS
 

@@ -267,7 +267,44 @@ typedef struct moe_ops {
     int32_t (*ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, int32_t E, int32_t first, int32_t El,
                               int64_t rrec, const void *grec, const int64_t *xoff, int64_t *gslot, int64_t *rowtok,
                               void *pr);
+
+    /* ---- quantisation (MATH.md §9; docs/semantics.md, "Low-precision formats") ------------------- */
+    /* x [rows, cols] real (fp32 table only; the fp64 table answers MOE_ERR_UNSUPPORTED) is quantised
+     * in `format` (MOE_QFMT_*) with the block scales of `scaling` (MOE_QSCALE_*): round to nearest
+     * even, saturating; overflow [1] int64 += the elements whose rounded magnitude was beyond the
+     * format's largest finite value (±Inf included; NaN stays NaN and is not counted).
+     *  q: FP8 [rows, cols] bytes; E2M1 [rows, ceil(cols/2)] bytes, element 2j in the low nibble of
+     *     byte j, 2j+1 in the high nibble (0 past an odd row end).
+     *  scales (=), row-major, a block at the end of a row / column holds what is left (tail rule):
+     *     TENSOR        [1] fp32 decode scale 1/s, s = fmax / amax(x) (amax 0 or Inf: s = 1)
+     *     BLOCK_1X128   [rows, ceil(cols/128)] fp32, the same per block of 128 columns of a row
+     *     BLOCK_128X128 [ceil(rows/128), ceil(cols/128)] fp32, per 128x128 tile
+     *     MX32          [rows, ceil(cols/32)] uint8 E8M0 (OCP MX: 2^(floor(log2 amax) - emax_elem))
+     *     NV16          [rows, ceil(cols/16)] uint8 E4M3 block decode scales, with
+     *  tensor_scale [1] fp32 (=, NV16 only, else ignored): 1/S_enc, S_enc = 448*6 / amax(x).
+     * An empty x writes only the one-element scales (TENSOR's, NV16's tensor_scale: 1). Supported
+     * pairs: E4M3 / E5M2 with TENSOR, BLOCK_1X128, BLOCK_128X128, MX32; E2M1 with NV16; another pair
+     * (MXFP4, FP8 with NV16) or an unknown value is MOE_ERR_UNSUPPORTED naming it; a negative size or
+     * a missing buffer MOE_ERR_INVALID_ARGUMENT. Amaxes ignore NaN. */
+    int32_t (*quantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
+                        const void *x, uint8_t *q, void *scales, float *tensor_scale, int64_t *overflow);
+    /* y [rows, cols] real (=) = the values quantize encoded in q, scales and tensor_scale (same
+     * layouts): code value x block decode scale (x tensor_scale for NV16), in fp32 in that order. NaN
+     * codes and NaN scales give the canonical NaN. The CPU's emulated quantised GEMM is this, then an
+     * fp32 GEMM. */
+    int32_t (*dequantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
+                          const uint8_t *q, const void *scales, const float *tensor_scale, void *y);
 } moe_ops;
+
+/* Quantised formats and scaling recipes of quantize / dequantize (not part of the ABI yet). */
+enum { MOE_QFMT_E4M3 = 1, MOE_QFMT_E5M2 = 2, MOE_QFMT_E2M1 = 3 };
+enum {
+    MOE_QSCALE_TENSOR = 1,        /* one fp32 scale from the tensor's current amax */
+    MOE_QSCALE_BLOCK_1X128 = 2,   /* activations: per row per 128 columns */
+    MOE_QSCALE_BLOCK_128X128 = 3, /* weights: per 128x128 tile */
+    MOE_QSCALE_MX32 = 4,          /* MXFP8: 32-element blocks, E8M0 scales */
+    MOE_QSCALE_NV16 = 5           /* NVFP4: 16-element blocks, E4M3 scales, one fp32 tensor scale */
+};
 
 /* Number of op slots in the table (every member after the three header fields is a function pointer). */
 #define MOE_OPS_COUNT ((sizeof(moe_ops) - offsetof(moe_ops, gemm)) / sizeof(void (*)(void)))

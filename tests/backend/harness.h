@@ -137,6 +137,7 @@ void hx_cases_route(hx_suite *s, int32_t dtype);
 void hx_cases_dispatch(hx_suite *s, int32_t dtype);
 void hx_cases_rows(hx_suite *s, int32_t dtype);
 void hx_cases_elementwise(hx_suite *s, int32_t dtype);
+void hx_cases_quant(hx_suite *s, int32_t dtype);
 
 /* ---- running (harness.c) ---------------------------------------------------------------------- */
 typedef struct hx_side {

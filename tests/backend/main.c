@@ -107,6 +107,7 @@ int main(int argc, char **argv)
         hx_cases_dispatch(&suite, dtypes[d]);
         hx_cases_rows(&suite, dtypes[d]);
         hx_cases_elementwise(&suite, dtypes[d]);
+        hx_cases_quant(&suite, dtypes[d]);
     }
 
     hx_side a, b;

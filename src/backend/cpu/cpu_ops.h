@@ -95,5 +95,10 @@ int32_t MOE_R(cpu_rows_pack)(const moe_exec *ex, int64_t r0, int64_t r1, const i
                              size_t hb, const void *extra, size_t eb, void *dst);
 int32_t MOE_R(cpu_strided_copy)(const moe_exec *ex, int32_t ndim, const int64_t *shape, const int64_t *strides,
                                 size_t elem, void *strided, void *compact, int32_t to_compact);
+/* cpu_quant.c (the fp64 table answers MOE_ERR_UNSUPPORTED) */
+int32_t MOE_R(cpu_quantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
+                            const void *x, uint8_t *q, void *scales, float *tensor_scale, int64_t *overflow);
+int32_t MOE_R(cpu_dequantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
+                              const uint8_t *q, const void *scales, const float *tensor_scale, void *y);
 
 #endif /* MOE_CPU_OPS_H */

@@ -43,4 +43,6 @@ const moe_ops MOE_R(moe_cpu_ops) = {
     .strided_copy = MOE_R(cpu_strided_copy),
     .ag_pack_routing = MOE_R(cpu_ag_pack_routing),
     .ag_expert_rows = MOE_R(cpu_ag_expert_rows),
+    .quantize = MOE_R(cpu_quantize),
+    .dequantize = MOE_R(cpu_dequantize),
 };
