@@ -179,19 +179,7 @@ __global__ void dequant_kernel(int64_t rows, int64_t cols, int32_t fmt, int32_t 
     const int64_t bc = moe_q_block_cols(scaling), cb = (cols + bc - 1) / bc;
     for (int64_t i = gtid(); i < n; i += gstride()) {
         const int64_t r = i / cols, c = i % cols;
-        float v;
-        if (scaling == MOE_QSCALE_NV16) {
-            const uint32_t code = (q[r * ((cols + 1) / 2) + c / 2] >> (4 * (c & 1))) & 0xFu;
-            const float sb = moe_q_decode(((const uint8_t *)scales)[r * cb + c / 16], MOE_QFMT_E4M3);
-            v = moe_q_decode(code, MOE_QFMT_E2M1) * sb * tensor_scale[0];
-        } else {
-            const float d = scaling == MOE_QSCALE_TENSOR        ? ((const float *)scales)[0]
-                            : scaling == MOE_QSCALE_MX32        ? moe_q_e8m0(((const uint8_t *)scales)[r * cb + c / 32])
-                            : scaling == MOE_QSCALE_BLOCK_1X128 ? ((const float *)scales)[r * cb + c / 128]
-                                                                : ((const float *)scales)[(r / 128) * cb + c / 128];
-            v = moe_q_decode(q[i], fmt) * d;
-        }
-        y[i] = v != v ? moe_q_u2f(MOE_Q_NAN_BITS) : v;
+        y[i] = moe_q_dequant_elem(fmt, scaling, q, scales, tensor_scale, r, c, cols, cb);
     }
 }
 

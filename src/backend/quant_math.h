@@ -201,6 +201,27 @@ MOE_QHD void moe_q_sizes(int32_t fmt, int32_t scaling, int64_t rows, int64_t col
     *scale_size = scaling == MOE_QSCALE_MX32 || scaling == MOE_QSCALE_NV16 ? 1 : 4;
 }
 
+/* Dequantised element (r, c) of a [rows, cols] tensor: code x block scale (x tensor scale for NVFP4),
+ * the canonical NaN wherever a code or scale is NaN. cb = block columns per row
+ * (ceil(cols / moe_q_block_cols(scaling))). Shared by every backend, so the bits agree. */
+MOE_QHD float moe_q_dequant_elem(int32_t fmt, int32_t scaling, const uint8_t *q, const void *scales,
+                                 const float *tensor_scale, int64_t r, int64_t c, int64_t cols, int64_t cb)
+{
+    float v;
+    if (scaling == MOE_QSCALE_NV16) {
+        const uint32_t code = (q[r * ((cols + 1) / 2) + c / 2] >> (4 * (c & 1))) & 0xFu;
+        const float sb = moe_q_decode(((const uint8_t *)scales)[r * cb + c / 16], MOE_QFMT_E4M3);
+        v = moe_q_decode(code, MOE_QFMT_E2M1) * sb * tensor_scale[0];
+    } else {
+        const float d = scaling == MOE_QSCALE_TENSOR        ? ((const float *)scales)[0]
+                        : scaling == MOE_QSCALE_MX32        ? moe_q_e8m0(((const uint8_t *)scales)[r * cb + c / 32])
+                        : scaling == MOE_QSCALE_BLOCK_1X128 ? ((const float *)scales)[r * cb + c / 128]
+                                                            : ((const float *)scales)[(r / 128) * cb + c / 128];
+        v = moe_q_decode(q[r * cols + c], fmt) * d;
+    }
+    return v != v ? moe_q_u2f(MOE_Q_NAN_BITS) : v;
+}
+
 /* 0: a supported (format, scaling) pair; 1: a pair this version does not implement; 2: an unknown
  * format or scaling value. */
 MOE_QHD int moe_q_supported(int32_t fmt, int32_t scaling)

@@ -125,21 +125,8 @@ int32_t MOE_R(cpu_dequantize)(const moe_exec *ex, int32_t format, int32_t scalin
     float *y = yv;
     const int64_t cb = (cols + moe_q_block_cols(scaling) - 1) / moe_q_block_cols(scaling);
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) {
-            float v;
-            if (scaling == MOE_QSCALE_NV16) {
-                const uint32_t code = (q[r * ((cols + 1) / 2) + c / 2] >> (4 * (c & 1))) & 0xFu;
-                const float sb = moe_q_decode(((const uint8_t *)scales)[r * cb + c / 16], MOE_QFMT_E4M3);
-                v = moe_q_decode(code, MOE_QFMT_E2M1) * sb * tensor_scale[0];
-            } else {
-                const float d = scaling == MOE_QSCALE_TENSOR        ? ((const float *)scales)[0]
-                                : scaling == MOE_QSCALE_MX32        ? moe_q_e8m0(((const uint8_t *)scales)[r * cb + c / 32])
-                                : scaling == MOE_QSCALE_BLOCK_1X128 ? ((const float *)scales)[r * cb + c / 128]
-                                                                    : ((const float *)scales)[(r / 128) * cb + c / 128];
-                v = moe_q_decode(q[r * cols + c], format) * d;
-            }
-            y[r * cols + c] = v != v ? moe_q_u2f(MOE_Q_NAN_BITS) : v;
-        }
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] = moe_q_dequant_elem(format, scaling, q, scales, tensor_scale, r, c, cols, cb);
     return MOE_OK;
 }
 
