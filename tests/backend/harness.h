@@ -43,6 +43,8 @@ typedef struct hx_buf {
     int cmp;            /* HX_CMP_TOL (float types) or HX_CMP_EXACT */
     int prec;           /* HX_F32 / HX_F64 / HX_BF16: whose eps and norm tolerance apply */
     int nan_ok;         /* NaN on both sides passes (ops documented to propagate NaN) */
+    int scratch;        /* an HX_OUT the op may use as scratch (its content is unspecified after the
+                         * call): only its guards are checked, its elements are not compared */
     double atol;        /* per-element absolute tolerance as a fraction of max|A|; < 0: the norm tolerance */
     int count_slot;     /* >= 0: compare only the first A[count_slot][count_elem] (int64) elements */
     int count_elem;
@@ -126,6 +128,7 @@ size_t hx_type_size(int type);
 /* Comparison options of a slot. */
 void hx_buf_exact(hx_case *c, int slot);
 void hx_buf_nan_ok(hx_case *c, int slot);
+void hx_buf_scratch(hx_case *c, int slot);
 void hx_buf_atol(hx_case *c, int slot, double atol_fraction);
 void hx_buf_prec(hx_case *c, int slot, int prec);
 void hx_buf_count_from(hx_case *c, int slot, int count_slot, int count_elem);
