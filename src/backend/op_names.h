@@ -14,7 +14,8 @@
     X(axpby) X(sigmoid_fwd) X(sigmoid_bwd) X(fill) X(fill_i64) X(scale_rows) X(row_dots) X(index_narrow)   \
     X(all_finite) X(aux_loss) X(count_add) X(bias_update) X(align_rows) X(gather_slots)                    \
     X(rows_gather_split) X(rows_scatter_join) X(rows_scatter_split) X(rows_gather_join) X(rows_pack)       \
-    X(strided_copy) X(ag_pack_routing) X(ag_expert_rows) X(quantize) X(dequantize)
+    X(strided_copy) X(ag_pack_routing) X(ag_expert_rows) X(quantize) X(dequantize)                         \
+    X(gemm_q)
 
 #ifdef __cplusplus
 extern "C" {

@@ -87,6 +87,16 @@ typedef struct moe_row_alias {
     void *at;
 } moe_row_alias;
 
+/* A quantised [rows, cols] matrix as quantize wrote it (same format/scaling/layout rules). The struct
+ * is [host]; q, scales and tensor_scale point to device memory. */
+typedef struct moe_qmat {
+    int32_t format, scaling;   /* MOE_QFMT_*, MOE_QSCALE_* */
+    int64_t rows, cols;
+    const uint8_t *q;          /* codes */
+    const void *scales;        /* block scales (layout of quantize) */
+    const float *tensor_scale; /* NV16 only, else may be NULL */
+} moe_qmat;
+
 typedef struct moe_ops {
     const char *name;  /* "cpu-f32", "cpu-f64", "cuda-f32" ... */
     int32_t dtype;     /* compute dtype: MOE_DTYPE_FP32 or MOE_DTYPE_FP64 */
@@ -294,6 +304,20 @@ typedef struct moe_ops {
      * fp32 GEMM. */
     int32_t (*dequantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
                           const uint8_t *q, const void *scales, const float *tensor_scale, void *y);
+    /* C[m,n] (row-major, ldc) = alpha * deq(A) deq(B)^T + beta * C, A [m,k] and B [n,k] quantised
+     * along k (both contraction-major: the "TN" layout FP8 tensor cores take), deq = dequantize,
+     * products accumulated in fp32 (fp32 table only; fp64 answers MOE_ERR_UNSUPPORTED). beta = 0
+     * ignores C. work: (m + n) * k fp32 of scratch the op may use (an emulating backend dequantises
+     * there); NULL when m*n*k = 0. a->rows must be m, a->cols k, b->rows n, b->cols k (else
+     * MOE_ERR_INVALID_ARGUMENT naming it); a format/scaling pair quantize does not support, or one this
+     * backend cannot multiply, MOE_ERR_UNSUPPORTED naming it.
+     * Defined as (docs/semantics.md, "Low-precision formats"): dequantize(A) and dequantize(B), then
+     * gemm(trans_a = 0, trans_b = 1) in fp32; the CPU backend is bitwise that. A backend with
+     * MOE_BACKEND_CAP_FP8_GEMM runs per-tensor FP8 operands on FP8 tensor cores instead, whose
+     * in-MMA partial sums keep fewer bits than fp32 between promotions (docs/cuda.md). C is not
+     * written when the arguments are refused. */
+    int32_t (*gemm_q)(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
+                      const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);
 } moe_ops;
 
 /* Quantised formats and scaling recipes of quantize / dequantize (not part of the ABI yet). */

@@ -1,5 +1,5 @@
 /*
- * Cases of the quantisation family: quantize, dequantize (ops.h; docs/semantics.md,
+ * Cases of the quantisation family: quantize, dequantize, gemm_q (ops.h; docs/semantics.md,
  * "Low-precision formats"). Quantised bytes, scales and the overflow counter are compared exactly,
  * dequantised values bit for bit (NaN on both sides passes: the codes and scales carry NaN on
  * purpose).
@@ -11,6 +11,15 @@
  * MOE_ERR_UNSUPPORTED, negative sizes MOE_ERR_INVALID_ARGUMENT, and the fp64 table refuses
  * (MOE_ERR_UNSUPPORTED). dequantize runs on every byte pattern (random codes, NaN / Inf codes, E8M0
  * 0xFF, negative E4M3 block scales) with random scales.
+ *
+ * gemm_q multiplies random finite codes (no NaN / Inf codes: quantize makes none from finite data)
+ * with random positive block scales, for every format and scaling, mixed pairs (E4M3 x E5M2,
+ * 1x128 x 128x128, FP8 x NVFP4), sizes that are multiples of 16 and not, k not a multiple of the
+ * block, m, n or k = 0, beta 0 (C starts NaN) and not, alpha != 1, a padded ldc; its scratch `work` is
+ * not compared. C is compared at the fp32 GEMM tolerance (summation order), except where a backend
+ * may take FP8 tensor cores (per-tensor FP8, not E5M2 x E5M2, m, n, k multiples of 16, ldc of 4):
+ * Hopper's FP8 MMAs keep about 14 bits of their partial sums until cuBLASLt promotes them to fp32,
+ * so those cases use the bf16 tolerance (the CPU and the simulator still agree bit for bit there).
  */
 #include <float.h>
 #include <math.h>
@@ -161,6 +170,7 @@ static q_args *refuse(hx_suite *s, int32_t status, const char *why)
 
 void hx_cases_quant(hx_suite *s, int32_t dt)
 {
+    hx_cases_gemm_q(s, dt);
     static const int32_t pairs[][2] = {
         {MOE_QFMT_E4M3, MOE_QSCALE_TENSOR},        {MOE_QFMT_E5M2, MOE_QSCALE_TENSOR},
         {MOE_QFMT_E4M3, MOE_QSCALE_BLOCK_1X128},   {MOE_QFMT_E5M2, MOE_QSCALE_BLOCK_1X128},
@@ -209,4 +219,166 @@ void hx_cases_quant(hx_suite *s, int32_t dt)
     refuse(s, MOE_ERR_INVALID_ARGUMENT, "cols -3")->cols = -3;
     dequantize_case(s, dt, MOE_QFMT_E5M2, MOE_QSCALE_MX32, 2, 32);
     refuse(s, MOE_ERR_INVALID_ARGUMENT, "rows -1")->rows = -1;
+}
+
+/* ------------------------------------------------------------------------------------ gemm_q */
+
+enum { QG_AQ, QG_AS, QG_ATS, QG_BQ, QG_BS, QG_BTS, QG_C, QG_W };
+
+typedef struct qg_args {
+    int64_t m, n, k, ldc;
+    double alpha, beta;
+    moe_qmat a, b; /* format, scaling, rows, cols; the pointers are the slots' */
+} qg_args;
+
+static int32_t call_gemm_q(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const qg_args *g = c->args;
+    moe_qmat a = g->a, b = g->b;
+    a.q = d[QG_AQ], a.scales = d[QG_AS], a.tensor_scale = d[QG_ATS];
+    b.q = d[QG_BQ], b.scales = d[QG_BS], b.tensor_scale = d[QG_BTS];
+    return ops->gemm_q(ex, g->m, g->n, g->k, g->alpha, &a, &b, g->beta, d[QG_C], g->ldc, d[QG_W]);
+}
+
+/* A random finite code of fmt (FP8: never the NaN / Inf codes). */
+static uint8_t finite_code(hx_rng *r, int32_t fmt)
+{
+    for (;;) {
+        const uint8_t v = (uint8_t)hx_next(r), mag = v & 0x7F;
+        if (fmt == MOE_QFMT_E2M1 || (fmt == MOE_QFMT_E4M3 && mag != 0x7F) || (fmt == MOE_QFMT_E5M2 && mag <= 0x7B))
+            return v;
+    }
+}
+
+/* One quantised operand [rows, cols] in slots q, s, ts: random finite codes, positive block scales
+ * (fp32 over 2^±6, E8M0 2^±8, E4M3 normal codes) and, for NVFP4, a tensor scale. */
+static void qg_operand(hx_case *c, int sq, int ss_, int sts, int is_b, int32_t fmt, int32_t scaling, int64_t rows,
+                       int64_t cols)
+{
+    const char *names[3] = {is_b ? "b.q" : "a.q", is_b ? "b.scales" : "a.scales",
+                            is_b ? "b.tensor_scale" : "a.tensor_scale"};
+    const q_args qa = {fmt, scaling, rows, cols};
+    int64_t qb, ns, ss;
+    sizes(&qa, &qb, &ns, &ss);
+    uint8_t *q = xmalloc((size_t)qb);
+    for (int64_t i = 0; i < qb; i++) q[i] = fmt == MOE_QFMT_E2M1 ? (uint8_t)hx_next(&c->rng) : finite_code(&c->rng, fmt);
+    hx_buf_set(c, sq, names[0], HX_U8, HX_IN, (size_t)qb, q);
+    free(q);
+    if (ss == 4) {
+        float *sc = xmalloc(sizeof(float) * (size_t)ns);
+        for (int64_t i = 0; i < ns; i++) sc[i] = (float)(hx_unif(&c->rng, 0.5, 2) * ldexp(1.0, (int)hx_int(&c->rng, -6, 7)));
+        hx_buf_set(c, ss_, names[1], HX_F32, HX_IN, (size_t)ns, sc);
+        free(sc);
+    } else {
+        uint8_t *sc = xmalloc((size_t)ns);
+        for (int64_t i = 0; i < ns; i++)
+            sc[i] = (uint8_t)(scaling == MOE_QSCALE_MX32 ? hx_int(&c->rng, 119, 136) : hx_int(&c->rng, 0x08, 0x7F));
+        hx_buf_set(c, ss_, names[1], HX_U8, HX_IN, (size_t)ns, sc);
+        free(sc);
+    }
+    if (scaling == MOE_QSCALE_NV16) {
+        const float ts = (float)hx_unif(&c->rng, 1e-3, 1e-2);
+        hx_buf_set(c, sts, names[2], HX_F32, HX_IN, 1, &ts);
+    }
+}
+
+/* Where a backend with MOE_BACKEND_CAP_FP8_GEMM may use FP8 tensor cores (docs/cuda.md). */
+static int fp8_core_shape(const qg_args *g)
+{
+    const int fa = g->a.format, fb = g->b.format;
+    return (fa == MOE_QFMT_E4M3 || fa == MOE_QFMT_E5M2) && (fb == MOE_QFMT_E4M3 || fb == MOE_QFMT_E5M2) &&
+           !(fa == MOE_QFMT_E5M2 && fb == MOE_QFMT_E5M2) && g->a.scaling == MOE_QSCALE_TENSOR &&
+           g->b.scaling == MOE_QSCALE_TENSOR && g->m % 16 == 0 && g->n % 16 == 0 && g->k % 16 == 0 && g->k > 0 &&
+           g->ldc % 4 == 0;
+}
+
+/* C[m, n] (ldc = n + pad) = alpha deq(A) deq(B)^T + beta C for A (fa, sa) [m,k] and B (fb, sb) [n,k];
+ * no_work: pass no scratch even when m*n*k > 0 (a refusal). */
+static qg_args *gemm_q_case_w(hx_suite *s, int32_t dt, int32_t fa, int32_t sa, int32_t fb, int32_t sb, int64_t m,
+                              int64_t n, int64_t k, int64_t pad, double alpha, double beta, int no_work)
+{
+    hx_case *c = hx_case_new(s, "gemm_q", dt, call_gemm_q, "%s x %s m=%lld n=%lld k=%lld ld+%lld al=%g be=%g",
+                             pair_name(fa, sa), pair_name(fb, sb), (long long)m, (long long)n, (long long)k,
+                             (long long)pad, alpha, beta);
+    qg_args *g = hx_case_args(c, sizeof *g);
+    g->m = m, g->n = n, g->k = k, g->ldc = n + pad > 0 ? n + pad : 1, g->alpha = alpha, g->beta = beta;
+    g->a = (moe_qmat){.format = fa, .scaling = sa, .rows = m, .cols = k};
+    g->b = (moe_qmat){.format = fb, .scaling = sb, .rows = n, .cols = k};
+    qg_operand(c, QG_AQ, QG_AS, QG_ATS, 0, fa, sa, m, k);
+    qg_operand(c, QG_BQ, QG_BS, QG_BTS, 1, fb, sb, n, k);
+    const int64_t nc = m * g->ldc;
+    double *cv = xmalloc(sizeof(double) * (size_t)nc);
+    for (int64_t i = 0; i < nc; i++) cv[i] = i % g->ldc < n && beta == 0 ? NAN : hx_unif(&c->rng, -1, 1);
+    if (dt == MOE_DTYPE_FP32) {
+        float *cf = xmalloc(sizeof(float) * (size_t)nc);
+        for (int64_t i = 0; i < nc; i++) cf[i] = (float)cv[i];
+        hx_buf_set(c, QG_C, "c", HX_F32, HX_OUT, (size_t)nc, cf);
+        free(cf);
+    } else {
+        hx_real(c, QG_C, "c", HX_OUT, (size_t)nc, cv);
+    }
+    free(cv);
+    if (m > 0 && n > 0 && k > 0 && !no_work) { /* the contract: work is NULL when m*n*k = 0 */
+        hx_buf_set(c, QG_W, "work", HX_F32, HX_OUT, (size_t)((m + n) * k), NULL);
+        hx_buf_scratch(c, QG_W);
+    }
+    if (fp8_core_shape(g)) hx_buf_prec(c, QG_C, HX_BF16); /* FP8 tensor-core sums (see the top) */
+    if (dt != MOE_DTYPE_FP32) c->expect = MOE_ERR_UNSUPPORTED;
+    return g;
+}
+
+static qg_args *gemm_q_case(hx_suite *s, int32_t dt, int32_t fa, int32_t sa, int32_t fb, int32_t sb, int64_t m,
+                            int64_t n, int64_t k, int64_t pad, double alpha, double beta)
+{
+    return gemm_q_case_w(s, dt, fa, sa, fb, sb, m, n, k, pad, alpha, beta, 0);
+}
+
+void hx_cases_gemm_q(hx_suite *s, int32_t dt)
+{
+    enum { E4 = MOE_QFMT_E4M3, E5 = MOE_QFMT_E5M2, E2 = MOE_QFMT_E2M1, T = MOE_QSCALE_TENSOR,
+           B1 = MOE_QSCALE_BLOCK_1X128, B2 = MOE_QSCALE_BLOCK_128X128, MX = MOE_QSCALE_MX32, NV = MOE_QSCALE_NV16 };
+    if (dt != MOE_DTYPE_FP32) { /* the fp64 table refuses */
+        gemm_q_case(s, dt, E4, T, E4, T, 16, 16, 32, 0, 1.0, 0.0);
+        return;
+    }
+    /* per-tensor FP8: the FP8 tensor-core shapes (E4M3 x E4M3, activations x gradients both ways, a
+     * padded ldc, a larger one), E5M2 x E5M2 and unaligned sizes (the exact path there) */
+    gemm_q_case(s, dt, E4, T, E4, T, 32, 48, 64, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, T, E5, T, 16, 32, 128, 4, 0.5, 1.0);
+    gemm_q_case(s, dt, E5, T, E4, T, 48, 16, 32, 0, -1.0, 0.0);
+    gemm_q_case(s, dt, E4, T, E4, T, 64, 96, 256, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E5, T, E5, T, 32, 32, 64, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, T, E4, T, 33, 17, 45, 3, 1.0, 0.5);
+    /* blockwise: 1x128 activations x 128x128 weights (k with a tail block, two tiles along n), and the
+     * other way round (two tiles along m) */
+    gemm_q_case(s, dt, E4, B1, E4, B2, 40, 150, 300, 0, 1.5, 0.0);
+    gemm_q_case(s, dt, E5, B1, E4, B2, 16, 32, 256, 2, 1.0, 1.0);
+    gemm_q_case(s, dt, E4, B2, E5, B1, 130, 20, 129, 0, 1.0, 0.0);
+    /* MXFP8 (k not a multiple of 32), mixed with per-tensor; NVFP4 (odd k: half bytes), mixed with FP8 */
+    gemm_q_case(s, dt, E4, MX, E5, MX, 9, 11, 70, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E5, MX, E4, T, 16, 16, 32, 0, 2.0, 1.0);
+    gemm_q_case(s, dt, E2, NV, E2, NV, 12, 20, 51, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E2, NV, E4, B1, 7, 6, 40, 1, 0.75, 1.0);
+    gemm_q_case(s, dt, E4, MX, E2, NV, 5, 9, 33, 0, 1.0, 0.0);
+    /* nothing to multiply: m = 0, n = 0 (C untouched), k = 0 (C = beta C: zeros for beta = 0) */
+    gemm_q_case(s, dt, E4, T, E4, T, 0, 8, 32, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, B1, E4, B2, 8, 0, 32, 3, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, T, E5, MX, 5, 7, 0, 1, 1.0, 0.5);
+    gemm_q_case(s, dt, E2, NV, E4, T, 6, 4, 0, 0, 1.0, 0.0);
+
+    /* refusals: shapes that disagree with m / n / k, unsupported pairs, unknown values, sizes, scratch */
+    gemm_q_case(s, dt, E4, T, E5, T, 16, 16, 32, 0, 1.0, 0.0)->a.rows = 15;
+    refuse(s, MOE_ERR_INVALID_ARGUMENT, "a.rows 15");
+    gemm_q_case(s, dt, E4, B1, E4, B2, 8, 8, 40, 0, 1.0, 0.0)->b.cols = 39;
+    refuse(s, MOE_ERR_INVALID_ARGUMENT, "b.cols 39");
+    gemm_q_case(s, dt, E4, NV, E4, T, 4, 4, 32, 0, 1.0, 0.0);
+    refuse(s, MOE_ERR_UNSUPPORTED, "a: E4M3 with NVFP4 scaling");
+    gemm_q_case(s, dt, E4, T, E2, MX, 4, 4, 32, 0, 1.0, 0.0);
+    refuse(s, MOE_ERR_UNSUPPORTED, "b: MXFP4");
+    gemm_q_case(s, dt, E4, T, E4, T, 4, 4, 32, 0, 1.0, 0.0)->b.format = 9;
+    refuse(s, MOE_ERR_UNSUPPORTED, "b: format 9");
+    gemm_q_case(s, dt, E4, T, E4, T, 4, 4, 32, 0, 1.0, 0.0)->k = -1;
+    refuse(s, MOE_ERR_INVALID_ARGUMENT, "k -1");
+    gemm_q_case_w(s, dt, E4, T, E4, T, 4, 4, 32, 0, 1.0, 0.0, 1);
+    refuse(s, MOE_ERR_INVALID_ARGUMENT, "work NULL");
 }

@@ -3,8 +3,9 @@
  * against hand-computed encodings: E4M3 / E5M2 / E2M1 codes (largest finite values, subnormals,
  * ties to even, saturation and its overflow count, NaN, Inf, signed zeros), the scales of every
  * recipe (per-tensor, 1x128, 128x128, MXFP8's E8M0, NVFP4's E4M3 block and fp32 tensor scales), the
- * tail rule, the nibble order of E2M1, dequantisation, round trips, and the refusals. The CPU
- * backend's fp32 table; the kernels are held to it byte for byte by tests/backend (cpu vs sim).
+ * tail rule, the nibble order of E2M1, dequantisation, round trips, and the refusals; gemm_q against
+ * its definition (dequantize both operands, then the fp32 gemm, bit for bit) and its refusals. The
+ * CPU backend's fp32 table; the kernels are held to it byte for byte by tests/backend (cpu vs sim).
  */
 #include <float.h>
 #include <math.h>
@@ -334,6 +335,169 @@ START_TEST(refusals)
 }
 END_TEST
 
+/* ---- gemm_q: dequantize A and B, then the fp32 gemm(0, 1), bit for bit ---------------------------- */
+
+/* A quantised [rows, cols] operand made by the CPU's quantize from random data whose magnitude
+ * changes from row to row and along the columns (so block scales differ). */
+typedef struct qop {
+    moe_qmat m;
+    uint8_t *q;
+    void *s;
+    float ts;
+} qop;
+
+static void qop_make(qop *o, int32_t fmt, int32_t sc, int64_t rows, int64_t cols, uint64_t seed)
+{
+    int64_t qb, ns, ss;
+    moe_q_sizes(fmt, sc, rows, cols, &qb, &ns, &ss);
+    const size_t n = (size_t)(rows * cols);
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    tu_fill_uniform_f(x, n, seed, -1, 1);
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)((i / (size_t)cols) % 7) - 3 + (int)(i % (size_t)cols) / 40);
+    o->q = malloc((size_t)(qb ? qb : 1));
+    o->s = malloc((size_t)(ns * ss > 0 ? ns * ss : 4));
+    quant(fmt, sc, rows, cols, x, o->q, o->s, &o->ts);
+    o->m = (moe_qmat){fmt, sc, rows, cols, o->q, o->s, &o->ts};
+    free(x);
+}
+
+static void qop_free(qop *o) { free(o->q), free(o->s); }
+
+/* gemm_q against its definition: dequantize twice, then OPS->gemm(0, 1) in fp32; C must agree bitwise,
+ * padding columns (ldc > n) untouched. beta = 0 starts C at NaN (ignored by the contract). */
+static void check_definition(int32_t fa, int32_t sa, int32_t fb, int32_t sb, int64_t m, int64_t n, int64_t k,
+                             int64_t ldc, double alpha, double beta)
+{
+    qop A, B;
+    qop_make(&A, fa, sa, m, k, 11 + (uint64_t)(m * 131 + k));
+    qop_make(&B, fb, sb, n, k, 29 + (uint64_t)(n * 7 + k));
+    const size_t nc = (size_t)(m * ldc), nw = (size_t)((m + n) * k);
+    float *c0 = malloc(sizeof(float) * (nc + 1)), *c1 = malloc(sizeof(float) * (nc + 1)),
+          *c2 = malloc(sizeof(float) * (nc + 1)), *work = malloc(sizeof(float) * (nw + 1)),
+          *ya = malloc(sizeof(float) * (size_t)(m * k + 1)), *yb = malloc(sizeof(float) * (size_t)(n * k + 1));
+    tu_fill_uniform_f(c0, nc, 5, -1, 1);
+    for (size_t i = 0; i < nc; i++)
+        if (beta == 0 && (int64_t)(i % (size_t)ldc) < n) c0[i] = NAN;
+    memcpy(c1, c0, sizeof(float) * nc);
+    memcpy(c2, c0, sizeof(float) * nc);
+    ck_assert_int_eq(OPS->gemm_q(&EX, m, n, k, alpha, &A.m, &B.m, beta, c1, ldc, nw ? work : NULL), MOE_OK);
+    ck_assert_int_eq(OPS->dequantize(&EX, fa, sa, m, k, A.q, A.s, &A.ts, ya), MOE_OK);
+    ck_assert_int_eq(OPS->dequantize(&EX, fb, sb, n, k, B.q, B.s, &B.ts, yb), MOE_OK);
+    const int64_t ld = k > 0 ? k : 1;
+    ck_assert_int_eq(OPS->gemm(&EX, 0, 1, m, n, k, alpha, ya, MOE_DTYPE_FP32, ld, yb, MOE_DTYPE_FP32, ld, beta, c2, ldc),
+                     MOE_OK);
+    ck_assert_msg(memcmp(c1, c2, sizeof(float) * nc) == 0, "%s/%s x %s/%s m=%lld n=%lld k=%lld: gemm_q differs from "
+                  "dequantize + gemm", moe_q_fmt_name(fa), moe_q_scaling_name(sa), moe_q_fmt_name(fb),
+                  moe_q_scaling_name(sb), (long long)m, (long long)n, (long long)k);
+    for (size_t i = 0; i < nc; i++) {
+        if ((int64_t)(i % (size_t)ldc) >= n) ck_assert_msg(memcmp(&c1[i], &c0[i], 4) == 0, "padding of C written");
+        else if (m > 0 && k > 0) ck_assert_msg(isfinite(c1[i]), "C[%zu] = %g", i, (double)c1[i]);
+    }
+    free(c0), free(c1), free(c2), free(work), free(ya), free(yb);
+    qop_free(&A), qop_free(&B);
+}
+
+START_TEST(gemm_q_is_dequantize_then_gemm)
+{
+    enum { T = MOE_QSCALE_TENSOR, B1 = MOE_QSCALE_BLOCK_1X128, B2 = MOE_QSCALE_BLOCK_128X128, MX = MOE_QSCALE_MX32,
+           NV = MOE_QSCALE_NV16 };
+    /* every format, every scaling, mixed pairs (activations x gradients, 1x128 x 128x128, FP8 x NVFP4) */
+    check_definition(E4, T, E4, T, 32, 48, 64, 48, 1.0, 0.0);
+    check_definition(E4, T, E5, T, 16, 32, 96, 36, 0.5, 1.0);
+    check_definition(E5, T, E5, T, 17, 9, 33, 9, -2.0, 0.25);
+    check_definition(E4, B1, E4, B2, 20, 150, 300, 150, 1.0, 0.0); /* k: two blocks and a tail; n: two tiles */
+    check_definition(E5, B2, E4, B1, 130, 12, 129, 13, 1.5, 1.0);
+    check_definition(E4, MX, E5, MX, 9, 11, 70, 11, 1.0, 0.0);
+    check_definition(E4, MX, E4, T, 8, 5, 32, 5, 1.0, -1.0);
+    check_definition(E2, NV, E2, NV, 12, 20, 51, 20, 1.0, 0.0);    /* odd k: the half byte at each row end */
+    check_definition(E2, NV, E4, B1, 7, 6, 40, 6, 0.75, 1.0);
+    check_definition(E5, MX, E2, NV, 3, 4, 17, 4, 1.0, 0.0);
+    /* empty shapes: nothing to multiply (m or n = 0: C untouched; k = 0: C = beta * C) */
+    check_definition(E4, T, E4, T, 0, 8, 32, 8, 1.0, 0.0);
+    check_definition(E4, T, E4, T, 8, 0, 32, 1, 1.0, 0.0);
+    check_definition(E4, B1, E5, MX, 5, 7, 0, 7, 1.0, 0.5);
+    check_definition(E4, B1, E5, MX, 5, 7, 0, 9, 1.0, 0.0);
+}
+END_TEST
+
+START_TEST(gemm_q_values)
+{
+    /* per tensor, amaxes 3.5 (E4M3: s = 448 / 3.5 = 128) and 7 (E5M2: s = 57344 / 7 = 8192): powers of
+     * two, so every value is a code times an exact decode scale and C = alpha x y^T + beta C exactly */
+    const float x[2 * 4] = {1, 2, -3.5f, 0.5f, 0, 0.25f, 3, -1.5f}, y[3 * 4] = {7, 1, 1, 1, -2, 0, 0.5f, 4, 0, 0, 0, 0};
+    uint8_t qa[8], qb[12];
+    float da, db, c[2 * 3], work[(2 + 3) * 4];
+    ck_assert_int_eq(quant(E4, MOE_QSCALE_TENSOR, 2, 4, x, qa, &da, NULL), 0);
+    ck_assert_int_eq(quant(E5, MOE_QSCALE_TENSOR, 3, 4, y, qb, &db, NULL), 0);
+    ck_assert(da == 1.0f / 128 && db == 1.0f / 8192);
+    const moe_qmat A = {E4, MOE_QSCALE_TENSOR, 2, 4, qa, &da, NULL}, B = {E5, MOE_QSCALE_TENSOR, 3, 4, qb, &db, NULL};
+    for (int i = 0; i < 6; i++) c[i] = 100;
+    ck_assert_int_eq(OPS->gemm_q(&EX, 2, 3, 4, 2.0, &A, &B, 1.0, c, 3, work), MOE_OK);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 3; j++) {
+            double want = 0;
+            for (int l = 0; l < 4; l++) want += (double)x[i * 4 + l] * y[j * 4 + l];
+            ck_assert_msg(c[i * 3 + j] == (float)(2 * want + 100), "C[%d,%d] = %.9g, want %.9g", i, j,
+                          (double)c[i * 3 + j], 2 * want + 100);
+        }
+}
+END_TEST
+
+/* gemm_q must fail with `status` and leave C as it was. */
+#define CK_GEMM_Q_FAILS(ops, status, m, n, k, a, b, c, ldc, work, needle)                                         \
+    do {                                                                                                       \
+        float before_[64];                                                                                     \
+        memcpy(before_, c, sizeof before_);                                                                    \
+        ck_assert_int_eq((ops)->gemm_q(&EX, m, n, k, 1.0, a, b, 0.0, c, ldc, work), status);                   \
+        ck_assert_msg(memcmp(before_, c, sizeof before_) == 0, "C was written by a refused gemm_q");            \
+        char msg_[512];                                                                                        \
+        moe_last_error(msg_, sizeof msg_);                                                                     \
+        ck_assert_msg(strstr(msg_, needle), "message '%s' does not name '%s'", msg_, needle);                  \
+    } while (0)
+
+START_TEST(gemm_q_refusals)
+{
+    uint8_t qa[8 * 32] = {0}, qb[4 * 32] = {0};
+    float sa = 1, sb = 0.5f, c[64], work[(8 + 4) * 32];
+    for (int i = 0; i < 64; i++) c[i] = (float)i;
+    moe_qmat A = {E4, MOE_QSCALE_TENSOR, 8, 32, qa, &sa, NULL}, B = {E5, MOE_QSCALE_TENSOR, 4, 32, qb, &sb, NULL};
+    ck_assert_int_eq(OPS->gemm_q(&EX, 8, 4, 32, 1.0, &A, &B, 0.0, c, 4, work), MOE_OK); /* the valid call */
+    for (int i = 0; i < 64; i++) c[i] = (float)i;
+    /* shapes that disagree with m, n, k */
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 7, 4, 32, &A, &B, c, 4, work, "a->rows = 8");
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 5, 32, &A, &B, c, 5, work, "b->rows = 4");
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 31, &A, &B, c, 4, work, "a->cols = 32");
+    B.cols = 33;
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, &A, &B, c, 4, work, "b->cols = 33");
+    B.cols = 32;
+    /* sizes, C, scratch, buffers */
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, -1, 4, 32, &A, &B, c, 4, work, "m = -1");
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, &A, &B, c, 3, work, "ldc = 3");
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, &A, &B, c, 4, NULL, "work is NULL");
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, NULL, &B, c, 4, work, "a = ");
+    A.scales = NULL;
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, &A, &B, c, 4, work, "a->scales");
+    A.scales = &sa;
+    moe_qmat N = {E2, MOE_QSCALE_NV16, 4, 32, qb, qb, NULL}; /* NVFP4 without its tensor scale */
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_INVALID_ARGUMENT, 8, 4, 32, &A, &N, c, 4, work, "b->tensor_scale");
+    /* pairs quantize does not support, unknown values */
+    B.scaling = MOE_QSCALE_NV16;
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_UNSUPPORTED, 8, 4, 32, &A, &B, c, 4, work, "b: format E5M2 with NVFP4");
+    B.scaling = MOE_QSCALE_TENSOR;
+    A.format = E2, A.scaling = MOE_QSCALE_MX32;
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_UNSUPPORTED, 8, 4, 32, &A, &B, c, 4, work, "a: format E2M1 with MX");
+    A.format = 9;
+    CK_GEMM_Q_FAILS(OPS, MOE_ERR_UNSUPPORTED, 8, 4, 32, &A, &B, c, 4, work, "unknown quantised format 9");
+    A.format = E4, A.scaling = MOE_QSCALE_TENSOR;
+    /* the fp64 table does not multiply quantised operands */
+    CK_GEMM_Q_FAILS(&moe_cpu_ops_f64, MOE_ERR_UNSUPPORTED, 8, 4, 32, &A, &B, c, 4, work, "only the fp32 table");
+    /* with nothing to multiply the scratch is not needed */
+    ck_assert_int_eq(OPS->gemm_q(&EX, 8, 4, 0, 1.0, &(moe_qmat){E4, MOE_QSCALE_TENSOR, 8, 0, NULL, NULL, NULL},
+                                 &(moe_qmat){E4, MOE_QSCALE_TENSOR, 4, 0, NULL, NULL, NULL}, 1.0, c, 4, NULL),
+                     MOE_OK);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("quant_ops");
@@ -351,6 +515,11 @@ static Suite *suite(void)
     tcase_add_test(r, round_trips);
     tcase_add_test(r, refusals);
     suite_add_tcase(s, r);
+    TCase *g = tcase_create("gemm_q");
+    tcase_add_test(g, gemm_q_is_dequantize_then_gemm);
+    tcase_add_test(g, gemm_q_values);
+    tcase_add_test(g, gemm_q_refusals);
+    suite_add_tcase(s, g);
     return s;
 }
 

@@ -45,4 +45,5 @@ const moe_ops MOE_R(moe_cpu_ops) = {
     .ag_expert_rows = MOE_R(cpu_ag_expert_rows),
     .quantize = MOE_R(cpu_quantize),
     .dequantize = MOE_R(cpu_dequantize),
+    .gemm_q = MOE_R(cpu_gemm_q),
 };
