@@ -1,6 +1,7 @@
 /*
- * The kernels' part of the op table: every op except the three GEMMs, which the backend fills
- * itself (CUDA: cuBLASLt, src/backend/cuda/gemm_lt.c; simulator: the CPU backend's GEMMs).
+ * The kernels' part of the op table: every op except the four GEMMs, which the backend fills
+ * itself (CUDA: cuBLASLt, src/backend/cuda/gemm_lt.c and gemm_q.c; simulator: the CPU backend's
+ * GEMMs, and gemm_q as the dequantize kernel + that GEMM).
  * Exported with C linkage under a build-specific name: moe_cuda_kernel_table (nvcc) or
  * moe_sim_kernel_table (simulator), so that both can live in one test binary.
  */

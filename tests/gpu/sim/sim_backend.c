@@ -1,9 +1,11 @@
 /* The simulator backend (sim_backend.h): the CPU backend's memory, streams and events (the
- * simulated device's memory is host memory), the kernels' op table, the CPU backend's GEMMs. */
+ * simulated device's memory is host memory), the kernels' op table, the CPU backend's GEMMs, and
+ * gemm_q composed as the CUDA backend's exact path is: the dequantize kernel, then the GEMM. */
 #include <pthread.h>
 #include <string.h>
 
 #include "moe.h"
+#include "backend/gemm_q.h"
 #include "backend/op_names.h"
 #include "sim_backend.h"
 
@@ -13,6 +15,15 @@ void moe_sim_plant(moe_ops *t, const char *bug); /* planted.cc */
 static moe_ops sim_f32;
 static moe_backend sim_backend;
 static pthread_once_t sim_once = PTHREAD_ONCE_INIT;
+
+/* The simulated dequantize kernel into `work`, then the (CPU) fp32 GEMM: the kernels' dequantize
+ * path runs in every CI stage, and the result is bitwise the CPU backend's, whose gemm_q is the same
+ * composition over the CPU's dequantize (bit-identical to the kernel's). */
+static int32_t sim_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
+                          const moe_qmat *b, double beta, void *c, int64_t ldc, void *work)
+{
+    return moe_gemm_q_by_dequantize(&sim_f32, ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+}
 
 static const moe_ops *sim_ops(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &sim_f32 : NULL; }
 
@@ -30,6 +41,7 @@ static void sim_init(void)
     sim_f32.gemm = moe_cpu_ops_f32.gemm;
     sim_f32.gemm_grouped_rows = moe_cpu_ops_f32.gemm_grouped_rows;
     sim_f32.gemm_grouped_reduce = moe_cpu_ops_f32.gemm_grouped_reduce;
+    sim_f32.gemm_q = sim_gemm_q;
     sim_backend = moe_backend_cpu;
     sim_backend.name = "sim";
     sim_backend.caps &= ~(uint32_t)MOE_BACKEND_CAP_FP64;
