@@ -35,6 +35,9 @@ enum {
      * weight-gradient GEMMs their activation operands rounded to bf16 (RNE), as MATH.md §9's bf16
      * tolerance allows, instead of two fp32 operands */
     MOE_BACKEND_CAP_BF16_GEMM = 1 << 4,
+    /* gemm_q runs FP8 tensor-core matmuls for per-tensor FP8 operands (ops.h; which shapes and pairs:
+     * docs/cuda.md, "Quantised GEMMs"); other operands take the dequantize + fp32 GEMM definition */
+    MOE_BACKEND_CAP_FP8_GEMM = 1 << 5,
 };
 
 struct moe_backend {

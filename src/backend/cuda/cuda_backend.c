@@ -60,6 +60,7 @@ static void cuda_table_init(void)
     cuda_f32.gemm = moe_cuda_gemm;
     cuda_f32.gemm_grouped_rows = moe_cuda_gemm_grouped_rows;
     cuda_f32.gemm_grouped_reduce = moe_cuda_gemm_grouped_reduce;
+    cuda_f32.gemm_q = moe_cuda_gemm_q;
 }
 
 const moe_ops *moe_cuda_ops_f32(void)
@@ -261,7 +262,7 @@ static void cuda_graph_destroy(void *graph)
 const moe_backend moe_backend_cuda = {
     .name = "cuda",
     .device_type = MOE_DEVICE_CUDA,
-    .caps = MOE_BACKEND_CAP_ASYNC | MOE_BACKEND_CAP_GRAPHS | MOE_BACKEND_CAP_BF16_GEMM,
+    .caps = MOE_BACKEND_CAP_ASYNC | MOE_BACKEND_CAP_GRAPHS | MOE_BACKEND_CAP_BF16_GEMM | MOE_BACKEND_CAP_FP8_GEMM,
     .ops = cuda_ops,
     .supports_op = cuda_supports_op,
     .device_open = cuda_device_open,

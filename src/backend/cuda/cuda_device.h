@@ -55,6 +55,14 @@ int32_t moe_cuda_gemm_grouped_rows(const moe_exec *ex, int64_t groups, const int
 int32_t moe_cuda_gemm_grouped_reduce(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
                                      double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
                                      double beta, void *c, int64_t c_group_stride);
+/* Per-tensor FP8 x FP8 on cuBLASLt (gemm_lt.c): row-major C[m,n] = alpha * a_scale * b_scale * A B^T +
+ * beta * C, A [m,k] and B [n,k] codes (MOE_QFMT_E4M3 / E5M2), the scales device fp32. */
+int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const uint8_t *a,
+                             int32_t a_format, const float *a_scale, const uint8_t *b, int32_t b_format,
+                             const float *b_scale, double beta, float *c, int64_t ldc);
+/* gemm_q of the cuda-f32 table (gemm_q.c). */
+int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
+                        const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);
 void moe_cuda_plans_destroy(moe_cuda_device *d);
 
 /* The cuda-f32 op table (cuda_backend.c). */

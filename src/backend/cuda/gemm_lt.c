@@ -33,6 +33,9 @@ typedef struct lt_call {
     int64_t batch, stride_a, stride_b, stride_c;
     float alpha, beta;
     int vary; /* LT_VARY_*: the dimension that changes from step to step (dropless row counts) */
+    /* FP8 operands (gemm_q.c): device pointers to the fp32 decode scales of cuBLASLt's A and B
+     * (D = alpha * scale_a * scale_b * op(A) op(B) + beta * C); NULL for the fp32 / bf16 GEMMs */
+    const float *scale_a, *scale_b;
 } lt_call;
 
 /* Dropless routing gives every expert a new row count each step; a plan per exact shape would query
@@ -64,6 +67,22 @@ static void plan_free(moe_lt_plan *p)
 void moe_cuda_plans_destroy(moe_cuda_device *d)
 {
     for (int i = 0; i < MOE_CUDA_LT_CACHE; i++) plan_free(&d->plans[i]);
+}
+
+static int is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
+/* The per-call attributes of an FP8 plan: its operands' scale pointers. They are not part of the
+ * plan's key (the data changes every call), so they are set again before every matmul. */
+static int32_t set_fp8_scales(cublasLtMatmulDesc_t desc, const lt_call *c)
+{
+    int32_t st = moe_cuda_lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                                  &c->scale_a, sizeof c->scale_a),
+                                   "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+    if (!st)
+        st = moe_cuda_lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->scale_b,
+                                                              sizeof c->scale_b),
+                               "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+    return st;
 }
 
 static int32_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
@@ -118,9 +137,16 @@ static int32_t plan_for(const moe_exec *ex, const lt_call *call, moe_lt_plan **o
     p->used = 1; /* from here on plan_free releases what exists */
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb, sizeof c->tb);
+    if (is_fp8(c->type_a)) {
+        /* no fast accumulation: cuBLASLt then promotes the tensor cores' reduced-precision partial
+         * sums to fp32 periodically along k (the default, made explicit) */
+        int8_t fast = 0;
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+        st = set_fp8_scales(p->desc, c); /* the heuristic sees the matmul it will run */
+    }
     int64_t ar = c->ta == CUBLAS_OP_N ? c->m : c->k, ac = c->ta == CUBLAS_OP_N ? c->k : c->m;
     int64_t br = c->tb == CUBLAS_OP_N ? c->k : c->n, bc = c->tb == CUBLAS_OP_N ? c->n : c->k;
-    st = layout(&p->la, c->type_a, ar, ac, c->lda, c->batch, c->stride_a);
+    if (!st) st = layout(&p->la, c->type_a, ar, ac, c->lda, c->batch, c->stride_a);
     if (!st) st = layout(&p->lb, c->type_b, br, bc, c->ldb, c->batch, c->stride_b);
     if (!st) st = layout(&p->lc, CUDA_R_32F, c->m, c->n, c->ldc, c->batch, c->stride_c);
     cublasLtMatmulPreference_t pref = NULL;
@@ -175,6 +201,7 @@ static int32_t lt_run(const moe_exec *ex, const lt_call *c)
         set_dims(p->lb, c->tb == CUBLAS_OP_N ? c->k : c->n, c->tb == CUBLAS_OP_N ? c->n : c->k);
         set_dims(p->lc, c->m, c->n);
     }
+    if (is_fp8(c->type_a) && (st = set_fp8_scales(p->desc, c)) != MOE_OK) return st;
     cublasStatus_t r = cublasLtMatmul(d->lt, p->desc, &c->alpha, c->a, p->la, c->b, p->lb, &c->beta, c->c, p->lc, c->c,
                                       p->lc, &p->algo, ex->workspace, ex->workspace_bytes, s);
     if (r != CUBLAS_STATUS_SUCCESS && c->vary != LT_VARY_NONE) {
@@ -384,4 +411,25 @@ int32_t moe_cuda_gemm_grouped_reduce(const moe_exec *ex, int64_t groups, const i
                          (const char *)B + (size_t)(at_row * n) * bs, bt, n, 0, beta, cg, n, 0, 1, LT_VARY_K);
     }
     return st;
+}
+
+/* Row-major C[m,n] = alpha * sa * sb * A B^T + beta * C with A [m,k] and B [n,k] FP8 codes (ld k) and
+ * sa, sb their device decode scales: after the row/column-major swap cuBLASLt multiplies B^T(T) by
+ * A^T(N), the "TN" layout its FP8 kernels require. The caller (gemm_q.c) guarantees cuBLASLt's other
+ * FP8 requirements (sizes, alignment, not E5M2 x E5M2); MOE_ERR_UNSUPPORTED when cuBLASLt has no
+ * algorithm all the same. */
+int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const uint8_t *a,
+                             int32_t a_format, const float *a_scale, const uint8_t *b, int32_t b_format,
+                             const float *b_scale, double beta, float *c, int64_t ldc)
+{
+    lt_call call = {
+        .ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
+        .m = n, .n = m, .k = k,
+        .type_a = b_format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+        .type_b = a_format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
+        .a = b, .b = a, .lda = k, .ldb = k, .ldc = ldc, .c = c,
+        .batch = 1, .alpha = (float)alpha, .beta = (float)beta, .vary = LT_VARY_NONE,
+        .scale_a = b_scale, .scale_b = a_scale,
+    };
+    return lt_run(ex, &call);
 }

@@ -1,0 +1,63 @@
+/*
+ * gemm_q of the cuda-f32 table (contract: backend/ops.h; constraints: docs/cuda.md, "Quantised GEMMs").
+ *
+ * Two paths:
+ *  - FP8 tensor cores (cuBLASLt, gemm_lt.c moe_cuda_gemm_fp8_tn): both operands FP8 with per-tensor
+ *    scales, not both E5M2 (cuBLASLt has no E5M2 x E5M2 kernel), m, n, k multiples of 16, the codes
+ *    and C 16-byte aligned and C's rows too (ldc a multiple of 4 floats): what cuBLASLt's FP8
+ *    kernels require. A and B are already [m,k] / [n,k] k-major, so after gemm_lt.c's row/column-major
+ *    swap the matmul is the "TN" layout those kernels take, with no copy. The operands' decode scales
+ *    go in as CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER (device pointers, nothing read back), fp32
+ *    output and compute, beta applied by cuBLASLt with C = D in fp32. This is
+ *    MOE_BACKEND_CAP_FP8_GEMM. Its sums are expected to differ from the definition (dequantize,
+ *    then an fp32 GEMM) by more than summation order: Hopper's FP8 MMAs keep about 14 bits of their
+ *    partial sums until cuBLASLt promotes them to fp32 (fast accumulation stays off, so it does,
+ *    periodically along k). Compiled, not yet run on a GPU.
+ *  - Everything else (blockwise, MX, NVFP4, unaligned sizes, E5M2 x E5M2): the definition itself,
+ *    the dequantize kernel into `work`, then the fp32 cuBLASLt GEMM (COMPUTE_32F, no TF32), which is
+ *    also where the FP8 path goes should cuBLASLt find no algorithm for a shape.
+ *
+ * Not wired yet, and why: cuBLASLt can apply block scales inside the matmul
+ * (CUBLASLT_MATMUL_DESC_A_SCALE_MODE / B_SCALE_MODE). On sm_90 with cuBLAS >= 12.9,
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1x128 activations) and
+ * CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F (128x128 weights) would run DeepSeek-style blockwise
+ * FP8 on the tensor cores; on sm_100, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 (MXFP8) and
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 (NVFP4, with the fp32 tensor scales folded into alpha)
+ * are the block-scaled MMAs. Each wants its scale tensor in its own layout (the VEC32 / VEC16 modes
+ * in 128x4 tiles, swizzled), not quantize's row-major one, so a conversion kernel must come first;
+ * neither the layouts nor the numerics could be verified without a device, and a wrong scale layout
+ * is silently wrong numbers, so those recipes take the exact path until a GPU test can pin them.
+ */
+#include <stdint.h>
+
+#include "base/error.h"
+#include "backend/gemm_q.h"
+#include "backend/cuda/cuda_device.h"
+
+static int is_fp8(int32_t f) { return f == MOE_QFMT_E4M3 || f == MOE_QFMT_E5M2; }
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* cuBLASLt's FP8 matmul applies (see above); k > 0. */
+static int fp8_applies(int64_t m, int64_t n, int64_t k, const moe_qmat *a, const moe_qmat *b, const void *c,
+                       int64_t ldc)
+{
+    return is_fp8(a->format) && is_fp8(b->format) && a->scaling == MOE_QSCALE_TENSOR &&
+           b->scaling == MOE_QSCALE_TENSOR && !(a->format == MOE_QFMT_E5M2 && b->format == MOE_QFMT_E5M2) &&
+           m % 16 == 0 && n % 16 == 0 && k % 16 == 0 && ldc % 4 == 0 && aligned16(a->q) && aligned16(b->q) &&
+           aligned16(c);
+}
+
+int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
+                        const moe_qmat *b, double beta, void *c, int64_t ldc, void *work)
+{
+    int32_t st = moe_gemm_q_check(MOE_DTYPE_FP32, ex, m, n, k, a, b, c, ldc, work);
+    if (st) return st;
+    if (m == 0 || n == 0) return MOE_OK;
+    if (k > 0 && fp8_applies(m, n, k, a, b, c, ldc)) {
+        st = moe_cuda_gemm_fp8_tn(ex, m, n, k, alpha, a->q, a->format, (const float *)a->scales, b->q, b->format,
+                                  (const float *)b->scales, beta, (float *)c, ldc);
+        if (st != MOE_ERR_UNSUPPORTED) return st;
+        /* no FP8 algorithm for this shape here (nothing was queued): the exact path */
+    }
+    return moe_gemm_q_by_dequantize(moe_cuda_ops_f32(), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+}
