@@ -232,7 +232,17 @@ typedef struct moe_layer_config {
      * (MOE_LAYER_OFFLOAD_* bits; 0 = none); what is recomputed is not offloaded. Gradients are bitwise
      * those of keeping everything on the device; the ledger charges the host copies to MOE_MEM_OFFLOAD. */
     int32_t offload;
-    int32_t reserved2;
+    /* since 0.2: the low-precision recipe of the expert GEMMs (MOE_QUANT_*; 0 = none: the GEMMs run in
+     * param_dtype). Each operand of the six expert GEMMs (forward, data and weight gradient of FC1 and
+     * FC2) is quantised per expert along its contraction dimension, as docs/memory.md "Low precision"
+     * describes; the router and the shared expert stay in param_dtype. fp32 and bf16 layers only. A
+     * recipe the backend cannot run is MOE_ERR_UNSUPPORTED at create. */
+    int32_t quant_recipe;
+    /* since 0.2: saved activations kept in FP8 (E4M3, 1x128 block scales) between forward and backward
+     * (MOE_LAYER_FP8_STORE_* bits; 0 = none): a quarter of their fp32 bytes plus the scales; backward
+     * uses the dequantised values, so gradients change within the error docs/memory.md measures. */
+    int32_t fp8_storage;
+    int32_t reserved3;
 } moe_layer_config;
 enum { MOE_GRAPHS_AUTO = 0, MOE_GRAPHS_OFF = 1 };
 enum {
@@ -246,6 +256,19 @@ enum {
     MOE_LAYER_OFFLOAD_EXPERT_INPUT = 2, /* the expert input rows [R, H] */
     MOE_LAYER_OFFLOAD_ROUTER = 4,       /* the router logits [T, E] */
     MOE_LAYER_OFFLOAD_INPUT = 8         /* the layer input [T, H] in the compute dtype */
+};
+enum {
+    MOE_QUANT_NONE = 0,
+    MOE_QUANT_FP8_TENSORWISE = 1, /* FP8, one current-amax scale per operand and expert: E4M3 for inputs
+                                   * and weights, E5M2 for output gradients (the "hybrid" recipe) */
+    MOE_QUANT_FP8_BLOCKWISE = 2,  /* FP8 E4M3, 1x128 block scales for activations and gradients, 128x128
+                                   * tiles for weights (DeepSeek-V3) */
+    MOE_QUANT_MXFP8 = 3,          /* FP8 E4M3 in blocks of 32 with E8M0 scales (OCP MX; Blackwell GEMMs) */
+    MOE_QUANT_NVFP4 = 4           /* FP4 E2M1 in blocks of 16 with E4M3 scales and an fp32 tensor scale */
+};
+enum {
+    MOE_LAYER_FP8_STORE_EXPERT_FC1 = 1,  /* the experts' FC1 output [R, F1] */
+    MOE_LAYER_FP8_STORE_EXPERT_INPUT = 2 /* the expert input rows [R, H] */
 };
 
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size);
@@ -340,6 +363,10 @@ typedef struct moe_routing_stats {
     int64_t capacity;          /* C per expert; -1 when dropless */
     double aux_loss;           /* value of alpha * L (0 without aux loss) */
     double z_loss;             /* value of beta * L_z */
+    /* since 0.2: values of this step's quantised operands (quant_recipe) and FP8-stored activations
+     * (fp8_storage) that were beyond the format's range and saturated, over its forward and backward
+     * so far (0 without either; current-amax scaling saturates only non-finite values) */
+    int64_t quant_saturated;
 } moe_routing_stats;
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats);
 

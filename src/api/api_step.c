@@ -180,6 +180,11 @@ MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *
     s.capacity = step->capacity;
     s.aux_loss = aux;
     s.z_loss = z;
+    if (step->tape.qsat.p) { /* the step's saturation counter (core/experts_quant.c) */
+        moe_exec ex = moe_context_exec(ctx, NULL);
+        st = moe_copy_to_host(ctx, &ex, &s.quant_saturated, step->tape.qsat.p, sizeof(int64_t));
+        if (st) return st;
+    }
     memcpy(stats, &s, want < sizeof s ? want : sizeof s);
     return MOE_OK;
 }

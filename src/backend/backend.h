@@ -92,6 +92,9 @@ struct moe_backend {
     int32_t (*graph_end)(const moe_exec *ex, void **graph);
     int32_t (*graph_launch)(const moe_exec *ex, void *graph);
     void (*graph_destroy)(void *graph);
+    /* 1 when the device behind state runs the expert-GEMM recipe MOE_QUANT_* (moe_layer_config.
+     * quant_recipe) natively or by emulation; NULL: every recipe (the CPU emulates them all). */
+    int32_t (*quant_recipe_supported)(void *state, int32_t recipe);
 };
 
 /* The backend of a MOE_DEVICE_* in this build; NULL when it was not built (src/backend/backend.c). */

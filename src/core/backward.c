@@ -14,6 +14,8 @@
  */
 #include "core/dispatcher.h"
 #include "core/experts.h"
+#include "core/experts_quant.h"
+#include "core/graph.h"
 
 /* Router backward: dlogits [T,E] = route_bwd(dprobs) + aux and z-loss gradients (times the scale; the
  * aux coefficients were scaled by the forward). */
@@ -97,7 +99,9 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
         TRY(moe_step_need(step, &tp->dgate, T, es));
     }
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
+    TRY(moe_experts_reserve(L, step, Rx)); /* z (kept, or rebuilt below), and the scratch h and rows */
     TRY(moe_offload_before_backward(L, step, e)); /* before the recompute: it may read the offloaded input */
+    TRY(moe_fp8_load_before_backward(L, step, e));
     TRY(recompute_for_backward(L, step, e));
     step->reserved = 1; /* everything the local path writes is in place; growth from here is counted */
     void *dxs = (L->dtype == cdt) ? dx : tp->dxtmp.p; /* in place when the host dtype is the compute dtype */
@@ -140,24 +144,17 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
     return MOE_OK;
 }
 
-int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_exec *e)
+/* The unquantised expert weight gradients: dW2_e += dY_e^T h_e, dW1_e += dz_e^T x_e. Both operands are
+ * activations in the compute dtype, for bf16 layers too, on backends whose fast path is fp32 (the
+ * CPU: in bf16 these GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where bf16 x bf16 is the
+ * fast path (tensor cores, MOE_BACKEND_CAP_BF16_GEMM) bf16 layers round them to bf16 first. The main
+ * gradients are fp32 either way. */
+static int32_t expert_weight_grads(moe_layer *L, moe_step *step, const moe_exec *e, double beta, const void *xr)
 {
-    moe_context *ctx = L->ctx;
     moe_step_tape *tp = &step->tape;
-    const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
-    const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
-    /* both operands are activations in the compute dtype, for bf16 layers too, on backends whose fast
-     * path is fp32 (the CPU: in bf16 these GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where
-     * bf16 x bf16 is the fast path (tensor cores, MOE_BACKEND_CAP_BF16_GEMM) bf16 layers round them to
-     * bf16 first. The main gradients are fp32 either way. */
+    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
     const int32_t cdt = L->ops->dtype;
-    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && (ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM);
-
-    moe_range_push(ctx, "moe.experts.backward_weights");
-    /* h = p * act(z) again (cheaper than keeping [Rx,Fl] alive between the phases) */
-    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
-    const void *xr = NULL;
-    TRY(L->disp->expert_input(L, step, e, &xr));
+    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && (L->ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM);
     const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = xr;
     int32_t wdt = cdt;
     if (bf16_ops && Rx > 0) {
@@ -177,6 +174,48 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
     }
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a1, wdt, b1, wdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H);
+    return MOE_OK;
+}
+
+/* After the weight gradients nothing reads the tape's activations and gradient buffers until the
+ * next forward reserves them again: they go back to the pool (stream order), so that a model's peak
+ * is its held activations plus one layer's backward, not plus every finished layer's backward. The
+ * routing results (idx, probs, counts, plan, losses) stay for the stats and exports, and the
+ * dispatcher's private buffers for its next step. Captured graphs replay against fixed buffers, so a
+ * layer that may use them keeps everything. */
+static void release_backward_buffers(moe_layer *L, moe_step *step)
+{
+    if (moe_graph_eligible(L)) return;
+    moe_step_tape *tp = &step->tape;
+    moe_buf *dead[] = {&tp->xs,  &tp->logits, &tp->z,      &tp->zs,      &tp->gate,    &tp->dys,      &tp->dyr,
+                       &tp->dz,  &tp->dzs,    &tp->dgate,  &tp->dlogits, &tp->dprobs,  &tp->dxtmp,    &tp->xr,
+                       &tp->h,   &tp->rows,   &tp->tok,    &tp->wg16[0], &tp->wg16[1], &tp->qcode[0], &tp->qcode[1],
+                       &tp->qscale[0], &tp->qscale[1], &tp->qstage[0], &tp->qstage[1], &tp->qwork, &tp->qtensor};
+    for (size_t i = 0; i < sizeof dead / sizeof dead[0]; i++) moe_buf_release(L->ctx, dead[i]);
+    moe_step_note_memory(step);
+}
+
+int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_exec *e)
+{
+    moe_context *ctx = L->ctx;
+    moe_step_tape *tp = &step->tape;
+    const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
+    const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
+    const int32_t cdt = L->ops->dtype;
+
+    moe_range_push(ctx, "moe.experts.backward_weights");
+    /* h = p * act(z) again (cheaper than keeping [Rx,Fl] alive between the phases) */
+    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
+    const void *xr = NULL;
+    TRY(L->disp->expert_input(L, step, e, &xr));
+    if (L->cfg.quant_recipe) { /* both operands quantised per expert along the rows (experts_quant.c) */
+        TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, H, Fl, tp->dyr.p, MOE_QROLE_GRAD, tp->h.p,
+                                   MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl));
+        TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, F1l, H, tp->dz.p, MOE_QROLE_GRAD, xr,
+                                   MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H));
+    } else {
+        TRY(expert_weight_grads(L, step, e, beta, xr));
+    }
     moe_range_pop(ctx);
 
     moe_range_push(ctx, "moe.router.backward_weights");
@@ -195,6 +234,7 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
                H);
         moe_range_pop(ctx);
     }
+    release_backward_buffers(L, step);
     step->state = MOE_STEP_STATE_DONE;
     return MOE_OK;
 }

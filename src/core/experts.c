@@ -1,6 +1,7 @@
 /* The expert block (see experts.h). */
 #include "core/experts.h"
 #include "core/dispatcher.h"
+#include "core/experts_quant.h"
 
 int32_t moe_experts_reserve(moe_layer *L, moe_step *s, int64_t Rx)
 {
@@ -34,19 +35,19 @@ int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_
 {
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
-    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
+    const int32_t w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
                   w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
     const int64_t step = pg ? 1 : j1 - j0; /* experts per GEMM call */
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        OP(gemm_grouped_rows, e, g, xoff + j, 1, F1l, H, 1.0, tp->xr.p, cdt,
-           weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->z.p);
+        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 1, F1l, H, tp->xr.p, MOE_QROLE_INPUT,
+                                 weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->z.p, 1));
         TRY(poll(pg));
         OP(act_fwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl));
-        OP(gemm_grouped_rows, e, g, xoff + j, 1, H, Fl, 1.0, tp->h.p, cdt, weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl),
-           w2dt, H * Fl, 0.0, tp->rows.p);
+        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 1, H, Fl, tp->h.p, MOE_QROLE_INPUT,
+                                 weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, tp->rows.p, 1));
         TRY(poll(pg));
     }
     return MOE_OK;
@@ -56,7 +57,7 @@ int32_t moe_experts_recompute_fc1(moe_layer *L, moe_step *s, const moe_exec *e)
 {
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, F1l = L->F1_local, *xoff = tp->xoff.p;
-    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1);
+    const int32_t w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1);
     const void *xr = NULL;
     TRY(L->disp->expert_input(L, s, e, &xr));
     /* one call per expert when forward was chunked (one GEMM per expert there too), else all at once */
@@ -64,8 +65,9 @@ int32_t moe_experts_recompute_fc1(moe_layer *L, moe_step *s, const moe_exec *e)
     for (int64_t j = 0; j < L->E_local; j += step) {
         const int64_t g = j + step < L->E_local ? step : L->E_local - j;
         if (xoff[j + g] == xoff[j]) continue;
-        OP(gemm_grouped_rows, e, g, xoff + j, 1, F1l, H, 1.0, xr, cdt, weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H),
-           w1dt, F1l * H, 0.0, tp->z.p);
+        /* count 0: forward already counted these quantisations */
+        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 1, F1l, H, xr, MOE_QROLE_INPUT,
+                                 weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->z.p, 0));
     }
     return MOE_OK;
 }
@@ -75,19 +77,19 @@ int32_t moe_experts_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, 
 {
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
-    const int32_t cdt = L->ops->dtype, w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
+    const int32_t w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
                   w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
     const int64_t step = pg ? 1 : j1 - j0;
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        OP(gemm_grouped_rows, e, g, xoff + j, 0, Fl, H, 1.0, tp->dyr.p, cdt,
-           weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, 0.0, tp->h.p);
+        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, Fl, H, tp->dyr.p, MOE_QROLE_GRAD,
+                                 weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, tp->h.p, 1));
         TRY(poll(pg));
         OP(act_bwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl), row(L, tp->dz.p, r0, F1l), row(L, tp->tok.p, r0, 1));
-        OP(gemm_grouped_rows, e, g, xoff + j, 0, H, F1l, 1.0, tp->dz.p, cdt,
-           weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->rows.p);
+        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, H, F1l, tp->dz.p, MOE_QROLE_GRAD,
+                                 weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->rows.p, 1));
         TRY(poll(pg));
     }
     return MOE_OK;

@@ -12,6 +12,8 @@
 #include "comm/comm.h"
 #include "core/dispatcher.h"
 #include "core/experts.h"
+#include "core/experts_quant.h"
+#include "core/graph.h"
 
 /* Switch / global aux losses count over the reduction group (aux_comm: ranks sharing the token set):
  * the counts c and the token total T_tot are summed there (device buffers, on the step's stream), each
@@ -77,6 +79,7 @@ int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const
     if (L->disp->reserve) TRY(L->disp->reserve(L, step, rmax, &rx_max));
     if (rx_max >= 0) TRY(moe_experts_reserve(L, step, rx_max));
     TRY(moe_mem_zero(L->ctx, e, tp->losses.p, 2 * sizeof(double)));
+    TRY(moe_quant_begin_step(L, step, e));
     step->host.have_plan = 0;
     step->reserved = 1;
     return MOE_OK;
@@ -194,7 +197,15 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     if (rc & (MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_EXPERT_MLP)) moe_buf_release(ctx, &tp->z);
     if (rc & MOE_LAYER_RECOMPUTE_EXPERT_MLP) moe_buf_release(ctx, &tp->xr);
     if (rc & MOE_LAYER_RECOMPUTE_ROUTER) moe_buf_release(ctx, &tp->logits);
-    if (rc) moe_step_note_memory(step);
+    /* pure scratch (the expert block's h and output rows, the token buffer) is not kept for backward,
+     * which reserves it again; graph replays need fixed buffers, so layers that may capture keep it */
+    if (!moe_graph_eligible(L)) {
+        moe_buf_release(ctx, &tp->h);
+        moe_buf_release(ctx, &tp->rows);
+        moe_buf_release(ctx, &tp->tok);
+    }
+    moe_step_note_memory(step);
+    TRY(moe_fp8_store_after_forward(L, step, e)); /* before offload: what is stored in FP8 is not offloaded */
     TRY(moe_offload_after_forward(L, step, e));
     step->reserved = 0;
     step->state = MOE_STEP_STATE_FORWARD;

@@ -112,6 +112,14 @@ typedef struct moe_step_tape {
     moe_buf tok;         /* [T,H] */
     moe_buf wg16[2];     /* bf16 copies of the expert weight-gradient operands (MOE_BACKEND_CAP_BF16_GEMM) */
     moe_buf off_host[4]; /* host copies of offloaded activations (cfg.offload; core/offload.c) */
+    /* quantised expert GEMMs (cfg.quant_recipe; core/experts_quant.c), workspace: codes and block
+     * scales of the two operands, their fp32 staging (transposes, widened bf16 weights), gemm_q's
+     * scratch, the NVFP4 tensor scales [2] fp32, and the saturation counters [2] int64 (the step's,
+     * and a discarded one for recomputes) */
+    moe_buf qcode[2], qscale[2], qstage[2], qwork, qtensor, qsat;
+    /* FP8 storage of saved activations (cfg.fp8_storage; core/fp8_storage.c): E4M3 codes and 1x128
+     * scales of the FC1 output [0] and of the expert input rows [1] */
+    moe_buf f8code[2], f8scale[2];
 } moe_step_tape;
 
 /* What the host knows of a step's routing: the one copy of the plan's offsets and stats

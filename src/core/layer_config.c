@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/dispatcher.h"
+#include "core/experts_quant.h"
 
 #define BAD(...) moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -85,7 +86,13 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
         return BAD("cfg.offload = %d; expected a combination of MOE_LAYER_OFFLOAD_EXPERT_FC1 (1), "
                    "MOE_LAYER_OFFLOAD_EXPERT_INPUT (2), MOE_LAYER_OFFLOAD_ROUTER (4) and MOE_LAYER_OFFLOAD_INPUT (8)",
                    c.offload);
-    if (c.reserved2 != 0) return BAD("cfg.reserved2 = %d; expected 0", c.reserved2);
+    if (c.quant_recipe < MOE_QUANT_NONE || c.quant_recipe > MOE_QUANT_NVFP4)
+        return BAD("cfg.quant_recipe = %d; expected MOE_QUANT_NONE (0), FP8_TENSORWISE (1), FP8_BLOCKWISE (2), "
+                   "MXFP8 (3) or NVFP4 (4)", c.quant_recipe);
+    if (c.fp8_storage & ~(MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT))
+        return BAD("cfg.fp8_storage = %d; expected a combination of MOE_LAYER_FP8_STORE_EXPERT_FC1 (1) and "
+                   "MOE_LAYER_FP8_STORE_EXPERT_INPUT (2)", c.fp8_storage);
+    if (c.reserved3 != 0) return BAD("cfg.reserved3 = %d; expected 0", c.reserved3);
     if (c.pad_to_capacity != 0 && c.pad_to_capacity != 1)
         return BAD("cfg.pad_to_capacity = %d; expected 0 or 1", c.pad_to_capacity);
     if (c.pad_to_capacity && c.capacity_factor == 0)
@@ -108,6 +115,14 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     if (!L->ops)
         return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.param_dtype = %d: the %s backend has no op table for it",
                           c.param_dtype, ctx->backend->name);
+    if ((c.quant_recipe || c.fp8_storage) && c.param_dtype == MOE_DTYPE_FP64)
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.%s with cfg.param_dtype = MOE_DTYPE_FP64: low-precision "
+                          "recipes and FP8 storage apply to fp32 and bf16 layers", c.quant_recipe ? "quant_recipe" : "fp8_storage");
+    if (c.quant_recipe && ctx->backend->quant_recipe_supported &&
+        !ctx->backend->quant_recipe_supported(ctx->device_state, c.quant_recipe))
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.quant_recipe = %s: the %s device of this context cannot run "
+                          "it (FP8 needs compute capability 8.9 or newer; MXFP8 and NVFP4 GEMMs need Blackwell, 10.0)",
+                          moe_quant_recipe_name(c.quant_recipe), ctx->backend->name);
     L->gated = c.activation == MOE_ACT_SWIGLU || c.activation == MOE_ACT_GEGLU;
     L->H = c.hidden_size;
     L->F = c.ffn_hidden_size;

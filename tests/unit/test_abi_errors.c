@@ -560,7 +560,7 @@ START_TEST(test_failed_calls_keep_the_step)
 {
     static fx f;
     fx_setup(&f);
-    moe_routing_stats rs = {sizeof rs, 0, 0, 0, 0, 0, 0, 0, 0};
+    moe_routing_stats rs = {.struct_size = sizeof rs};
     ck_assert_int_eq(nan_again(&f), MOE_ERR_NONFINITE);                  /* forward of T-2 tokens rejected */
     ck_assert_int_eq(bwd(&f, poisoned(&f, f.dy, T, 1, NAN), &f.tdx.t), MOE_ERR_NONFINITE);
     ck_assert_int_eq(fwd(&f, &f.tx.t, reshape(&f, &f.ty.t, 2, T - 1, H, 0)), MOE_ERR_INVALID_ARGUMENT);

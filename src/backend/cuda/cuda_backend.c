@@ -126,6 +126,29 @@ static int32_t cuda_device_open(int32_t device_id, void **state)
     return MOE_OK;
 }
 
+/* FP8 tensor cores arrived with compute capability 8.9 (Ada) and 9.0 (Hopper); block-scaled MXFP8 and
+ * NVFP4 matmuls with 10.0 (Blackwell). A recipe is refused where the device has no such GEMMs, even
+ * though gemm_q could emulate it, so that a recipe never silently runs at a fraction of its speed. */
+static int32_t cuda_quant_recipe_supported(void *state, int32_t recipe)
+{
+    const moe_cuda_device *d = state;
+    int major = 0, minor = 0;
+    if (!d || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d->id) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d->id) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const int cc = major * 10 + minor;
+    switch (recipe) {
+    case MOE_QUANT_NONE: return 1;
+    case MOE_QUANT_FP8_TENSORWISE:
+    case MOE_QUANT_FP8_BLOCKWISE: return cc >= 89;
+    case MOE_QUANT_MXFP8:
+    case MOE_QUANT_NVFP4: return cc >= 100;
+    default: return 0;
+    }
+}
+
 static void *cuda_default_stream(void *state) { return state ? ((moe_cuda_device *)state)->stream : NULL; }
 
 /* ---------------------------------------------------------------- memory */
@@ -287,4 +310,5 @@ const moe_backend moe_backend_cuda = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .quant_recipe_supported = cuda_quant_recipe_supported,
 };
