@@ -107,6 +107,24 @@ const (
 	OffloadInput       int32 = C.MOE_LAYER_OFFLOAD_INPUT
 )
 
+// QuantRecipe is LayerConfig.QuantRecipe, the low-precision recipe of the expert GEMMs (MOE_QUANT_*).
+type QuantRecipe int32
+
+const (
+	QuantNone          QuantRecipe = C.MOE_QUANT_NONE
+	QuantFP8Tensorwise QuantRecipe = C.MOE_QUANT_FP8_TENSORWISE // E4M3 / E5M2 gradients, per-tensor scales
+	QuantFP8Blockwise  QuantRecipe = C.MOE_QUANT_FP8_BLOCKWISE  // E4M3, 1x128 activations, 128x128 weights
+	QuantMXFP8         QuantRecipe = C.MOE_QUANT_MXFP8          // E4M3 in 32-element E8M0-scaled blocks
+	QuantNVFP4         QuantRecipe = C.MOE_QUANT_NVFP4          // E2M1 in 16-element E4M3-scaled blocks
+)
+
+// FP8 storage bits of LayerConfig.FP8Storage: saved activations kept in FP8 between forward and
+// backward (gradients change within the error docs/memory.md measures).
+const (
+	FP8StoreExpertFC1   int32 = C.MOE_LAYER_FP8_STORE_EXPERT_FC1
+	FP8StoreExpertInput int32 = C.MOE_LAYER_FP8_STORE_EXPERT_INPUT
+)
+
 // LayerConfig mirrors moe_layer_config (abi/moe.h documents each field); zero means the default.
 // HiddenSize, FFNHiddenSize, NumExperts and TopK are required.
 type LayerConfig struct {
@@ -133,9 +151,11 @@ type LayerConfig struct {
 	ParamDType          DType
 	NonfinitePolicy     NonfinitePolicy
 	Seed                uint64
-	Graphs              GraphsMode // CUDA Graphs capture and replay (no effect on CPU)
-	Recompute           int32      // Recompute* bits; 0 = keep everything
-	Offload             int32      // Offload* bits; 0 = keep everything on the device
+	Graphs              GraphsMode  // CUDA Graphs capture and replay (no effect on CPU)
+	Recompute           int32       // Recompute* bits; 0 = keep everything
+	Offload             int32       // Offload* bits; 0 = keep everything on the device
+	QuantRecipe         QuantRecipe // low-precision expert GEMMs; 0 = none
+	FP8Storage          int32       // FP8Store* bits; 0 = keep saved activations in the compute dtype
 }
 
 // NewLayerConfig returns the defaults of moe_layer_config_init.
@@ -182,6 +202,8 @@ func (g *LayerConfig) toC() C.moe_layer_config {
 	c.graphs = C.int32_t(g.Graphs)
 	c.recompute = C.int32_t(g.Recompute)
 	c.offload = C.int32_t(g.Offload)
+	c.quant_recipe = C.int32_t(g.QuantRecipe)
+	c.fp8_storage = C.int32_t(g.FP8Storage)
 	return c
 }
 
@@ -213,5 +235,7 @@ func layerConfigFromC(c *C.moe_layer_config) LayerConfig {
 		Graphs:              GraphsMode(c.graphs),
 		Recompute:           int32(c.recompute),
 		Offload:             int32(c.offload),
+		QuantRecipe:         QuantRecipe(c.quant_recipe),
+		FP8Storage:          int32(c.fp8_storage),
 	}
 }

@@ -91,6 +91,7 @@ type RoutingStats struct {
 	Capacity       int64 // -1 when dropless
 	AuxLoss        float64
 	ZLoss          float64
+	QuantSaturated int64 // quantised / FP8-stored values that saturated in this step
 }
 
 // RoutingStats returns the statistics of the last forward.
@@ -113,7 +114,7 @@ func (s *Step) RoutingStats() (RoutingStats, error) {
 	}
 	return RoutingStats{NumTokens: int64(c.num_tokens), NumAssignments: int64(c.num_assignments),
 		Dropped: int64(c.dropped), PaddedRows: int64(c.padded_rows), Capacity: int64(c.capacity),
-		AuxLoss: float64(c.aux_loss), ZLoss: float64(c.z_loss)}, nil
+		AuxLoss: float64(c.aux_loss), ZLoss: float64(c.z_loss), QuantSaturated: int64(c.quant_saturated)}, nil
 }
 
 // Routing is a MOE_ROUTING_* result.

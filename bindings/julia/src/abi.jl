@@ -59,6 +59,15 @@ const LAYER_OFFLOAD_EXPERT_FC1 = Int32(1)
 const LAYER_OFFLOAD_EXPERT_INPUT = Int32(2)
 const LAYER_OFFLOAD_ROUTER = Int32(4)
 const LAYER_OFFLOAD_INPUT = Int32(8)
+# The low-precision recipe of the expert GEMMs (the `quant_recipe` keyword).
+const QUANT_NONE = Int32(0)
+const QUANT_FP8_TENSORWISE = Int32(1)
+const QUANT_FP8_BLOCKWISE = Int32(2)
+const QUANT_MXFP8 = Int32(3)
+const QUANT_NVFP4 = Int32(4)
+# Saved activations kept in FP8 between forward and backward (the `fp8_storage` keyword: a sum of bits).
+const LAYER_FP8_STORE_EXPERT_FC1 = Int32(1)
+const LAYER_FP8_STORE_EXPERT_INPUT = Int32(2)
 
 # Memory ledger categories (index `MEM_* + 1` into MemoryStats.current_bytes / peak_bytes).
 const MEM_WEIGHTS = Int32(0)
@@ -155,7 +164,9 @@ mutable struct LayerConfig
     graphs::Int32      # GRAPHS_* (since 0.2)
     recompute::Int32   # LAYER_RECOMPUTE_* bits (since 0.2)
     offload::Int32     # LAYER_OFFLOAD_* bits (since 0.2)
-    reserved2::Int32
+    quant_recipe::Int32 # QUANT_* (since 0.2)
+    fp8_storage::Int32 # LAYER_FP8_STORE_* bits (since 0.2)
+    reserved3::Int32
 end
 
 mutable struct StepConfig
@@ -186,7 +197,8 @@ end
     RoutingStats
 
 Routing statistics of a step's last forward (`moe_routing_stats`): `num_tokens`, `num_assignments`,
-`dropped`, `padded_rows`, `capacity` (-1 when dropless), `aux_loss`, `z_loss`.
+`dropped`, `padded_rows`, `capacity` (-1 when dropless), `aux_loss`, `z_loss`, `quant_saturated`
+(quantised / FP8-stored values that saturated in this step).
 """
 struct RoutingStats
     struct_size::UInt32
@@ -198,6 +210,7 @@ struct RoutingStats
     capacity::Int64
     aux_loss::Float64
     z_loss::Float64
+    quant_saturated::Int64
 end
 
 # moe_allocator: the hook table a TrackingAllocator installs.

@@ -135,7 +135,7 @@ end
     routing_stats(step) -> RoutingStats
 """
 function routing_stats(step::Step)
-    out = Ref(RoutingStats(sizeof(RoutingStats), 0, 0, 0, 0, 0, 0, 0.0, 0.0))
+    out = Ref(RoutingStats(sizeof(RoutingStats), 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0))
     GC.@preserve step begin
         st = @ccall $(fn(:moe_step_routing_stats))(handle(step)::Ptr{Cvoid}, out::Ref{RoutingStats})::Int32
         check(st, step.layer.ctxp)

@@ -19,7 +19,7 @@ include("hooks_helpers.jl")
     end
     @testset "ABI struct sizes (x86_64, as gcc lays out abi/moe.h)" begin
         @test sizeof(LibMoE.ContextConfig) == 56
-        @test sizeof(LibMoE.LayerConfig) == 152
+        @test sizeof(LibMoE.LayerConfig) == 160
         @test fieldoffset(LibMoE.LayerConfig, Base.fieldindex(LibMoE.LayerConfig, :graphs)) == 136
         @test sizeof(LibMoE.MemoryStats) == 200
         @test sizeof(LibMoE.StepConfig) == 24

@@ -86,6 +86,13 @@ pub const MOE_LAYER_OFFLOAD_EXPERT_FC1: i32 = 1;
 pub const MOE_LAYER_OFFLOAD_EXPERT_INPUT: i32 = 2;
 pub const MOE_LAYER_OFFLOAD_ROUTER: i32 = 4;
 pub const MOE_LAYER_OFFLOAD_INPUT: i32 = 8;
+pub const MOE_QUANT_NONE: i32 = 0;
+pub const MOE_QUANT_FP8_TENSORWISE: i32 = 1;
+pub const MOE_QUANT_FP8_BLOCKWISE: i32 = 2;
+pub const MOE_QUANT_MXFP8: i32 = 3;
+pub const MOE_QUANT_NVFP4: i32 = 4;
+pub const MOE_LAYER_FP8_STORE_EXPERT_FC1: i32 = 1;
+pub const MOE_LAYER_FP8_STORE_EXPERT_INPUT: i32 = 2;
 
 // ---- parameter slots
 pub const MOE_PARAM_ROUTER_WEIGHT: i32 = 0;

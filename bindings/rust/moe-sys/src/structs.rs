@@ -85,7 +85,11 @@ pub struct moe_layer_config {
     pub graphs: i32,
     pub recompute: i32,
     pub offload: i32,
-    pub reserved2: i32,
+    /// MOE_QUANT_* recipe of the expert GEMMs (since 0.2)
+    pub quant_recipe: i32,
+    /// MOE_LAYER_FP8_STORE_* bits (since 0.2)
+    pub fp8_storage: i32,
+    pub reserved3: i32,
 }
 
 #[repr(C)]
@@ -110,6 +114,8 @@ pub struct moe_routing_stats {
     pub capacity: i64,
     pub aux_loss: f64,
     pub z_loss: f64,
+    /// saturated values of quantised operands and FP8-stored activations (since 0.2)
+    pub quant_saturated: i64,
 }
 
 #[repr(C)]

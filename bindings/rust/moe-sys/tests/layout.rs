@@ -48,11 +48,12 @@ fn rust_layouts() -> Vec<Layout> {
             score_function, num_groups, group_topk, scaling_factor, expert_bias, bias_update_rate, aux_loss_type,
             aux_loss_coeff, seq_length, z_loss_coeff, capacity_factor, drop_policy, pad_to_capacity,
             shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed, graphs, recompute,
-            offload, reserved2
+            offload, quant_recipe, fp8_storage, reserved3
         }),
         layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale }),
         layout!(moe_routing_stats {
-            struct_size, reserved, num_tokens, num_assignments, dropped, padded_rows, capacity, aux_loss, z_loss
+            struct_size, reserved, num_tokens, num_assignments, dropped, padded_rows, capacity, aux_loss, z_loss,
+            quant_saturated
         }),
         layout!(moe_comm_config { struct_size, api_version, next, timeout_ms, reserved0 }),
         layout!(moe_comm_hooks {

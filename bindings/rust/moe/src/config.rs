@@ -113,6 +113,11 @@ impl LayerConfig {
         /// saved activations moved to host memory between forward and backward: a sum of
         /// `moe_sys::MOE_LAYER_OFFLOAD_*` bits (0 = none); gradients are bitwise the same
         offload: i32 => |c, v| c.offload = v;
+        /// low-precision recipe of the expert GEMMs: one of `moe_sys::MOE_QUANT_*` (0 = none)
+        quant_recipe: i32 => |c, v| c.quant_recipe = v;
+        /// saved activations kept in FP8 between forward and backward: a sum of
+        /// `moe_sys::MOE_LAYER_FP8_STORE_*` bits (0 = none); gradients change within docs/memory.md's error
+        fp8_storage: i32 => |c, v| c.fp8_storage = v;
     }
 
     /// The C struct (e.g. to read a resolved config from `Layer::config`).

@@ -32,6 +32,8 @@ pub struct RoutingStats {
     pub aux_loss: f64,
     /// beta * L_z
     pub z_loss: f64,
+    /// values of quantised operands / FP8-stored activations that saturated in this step
+    pub quant_saturated: i64,
 }
 
 impl Step {
@@ -70,6 +72,7 @@ impl Step {
             capacity: s.capacity,
             aux_loss: s.aux_loss,
             z_loss: s.z_loss,
+            quant_saturated: s.quant_saturated,
         })
     }
 
