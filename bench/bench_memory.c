@@ -1,6 +1,7 @@
 /*
- * bench_memory — what the memory policies of a layer (moe_layer_config.recompute / .offload) buy and
- * cost, measured in one run through the public ABI.
+ * bench_memory — what the memory policies of a layer (moe_layer_config.recompute / .offload /
+ * .fp8_storage, and the quant_recipe of its expert GEMMs) buy and cost, measured in one run through
+ * the public ABI.
  *
  * A stack of L identical MoE layers is trained like a model's MoE part: the forwards of all layers,
  * then their backwards in reverse order, so that every layer's saved activations are held while the
@@ -10,8 +11,10 @@
  *   host      the bytes moved to host memory (MOE_MEM_OFFLOAD) at that point
  *   peak      the ledger's peak of MOE_MEM_ACTIVATIONS over the run (reached inside a backward)
  *   step      the median time of a forward+backward step over the L layers
- * and each relative to keeping everything ("save-all"). Gradients are bitwise the same for every
- * policy (tests/unit/test_recompute.c); FP8 activation storage is not implemented yet.
+ *   dx err    the relative L2 distance of the first layer's input gradient from save-all's (0 for
+ *             recompute and offload: bitwise the same, tests/unit/test_recompute.c; FP8 storage and
+ *             the quantised GEMMs change it within their formats' error)
+ * and each relative to keeping everything ("save-all").
  *
  * Usage: bench_memory [--config demo|large|both] [--reps N] [--threads N]
  */
@@ -21,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -39,23 +43,28 @@ static const config k_configs[] = {
 
 typedef struct policy {
     const char *name;
-    int32_t recompute, offload;
+    int32_t recompute, offload, fp8_storage, quant_recipe;
 } policy;
 
 static const policy k_policies[] = {
-    {"save-all", 0, 0},
-    {"recompute expert FC1", MOE_LAYER_RECOMPUTE_EXPERT_FC1, 0},
-    {"recompute router", MOE_LAYER_RECOMPUTE_ROUTER, 0},
-    {"recompute expert MLP", MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0},
-    {"recompute all", MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0},
+    {"save-all", 0, 0, 0, 0},
+    {"recompute expert FC1", MOE_LAYER_RECOMPUTE_EXPERT_FC1, 0, 0, 0},
+    {"recompute router", MOE_LAYER_RECOMPUTE_ROUTER, 0, 0, 0},
+    {"recompute expert MLP", MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0, 0, 0},
+    {"recompute all", MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0, 0, 0},
     {"offload all", 0,
-     MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER | MOE_LAYER_OFFLOAD_INPUT},
+     MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER | MOE_LAYER_OFFLOAD_INPUT, 0, 0},
+    {"fp8 storage", 0, 0, MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT, 0},
+    {"fp8 storage + rc router", MOE_LAYER_RECOMPUTE_ROUTER, 0,
+     MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT, 0},
+    {"FP8 GEMMs (blockwise)", 0, 0, 0, MOE_QUANT_FP8_BLOCKWISE},
 };
 #define NUM_POLICIES ((int)(sizeof k_policies / sizeof k_policies[0]))
 
 typedef struct result {
     int64_t kept, host, peak;
     double step_s;
+    float *dx; /* the first layer's input gradient of the last step */
 } result;
 
 static void check(moe_context *ctx, int32_t st, const char *what)
@@ -117,6 +126,8 @@ static result run_policy(const config *c, const policy *p, int reps, int threads
         lc.seed = 1000 + (uint64_t)l;
         lc.recompute = p->recompute;
         lc.offload = p->offload;
+        lc.fp8_storage = p->fp8_storage;
+        lc.quant_recipe = p->quant_recipe;
         check(ctx, moe_layer_create(ctx, &lc, &layers[l]), "moe_layer_create");
         moe_step_config sc;
         moe_step_config_init(&sc, sizeof sc);
@@ -130,7 +141,8 @@ static result run_policy(const config *c, const policy *p, int reps, int threads
         act[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
     int64_t shape[2] = {c->T, c->H};
-    result r = {0, 0, 0, 0.0};
+    result r = {0, 0, 0, 0.0, NULL};
+    float *dx0 = NULL;
     double *times = calloc((size_t)reps, sizeof *times);
     for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
         const double t0 = now_s();
@@ -147,6 +159,7 @@ static result run_policy(const config *c, const policy *p, int reps, int threads
             float *dy = g + (size_t)((c->L - 1 - l) % 2) * n, *dx = g + (size_t)((c->L - l) % 2) * n;
             DLTensor tdy = tensor(dy, shape), tdx = tensor(dx, shape);
             check(ctx, moe_layer_backward(layers[l], steps[l], &tdy, &tdx, NULL), "moe_layer_backward");
+            dx0 = dx;
         }
         if (rep >= 0) times[rep] = now_s() - t0;
         check(ctx, moe_context_memory_stats(ctx, &ms), "moe_context_memory_stats");
@@ -154,6 +167,8 @@ static result run_policy(const config *c, const policy *p, int reps, int threads
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
     r.step_s = times[reps / 2];
+    r.dx = malloc(sizeof(float) * n);
+    memcpy(r.dx, dx0, sizeof(float) * n);
     for (int l = 0; l < c->L; l++) {
         moe_step_destroy(steps[l]);
         moe_layer_destroy(layers[l]);
@@ -183,16 +198,25 @@ int main(int argc, char **argv)
         if (strcmp(which, "both") && strcmp(which, c->name)) continue;
         printf("\n%s: %d layers, T=%lld H=%lld F=%lld E=%d K=%d, SwiGLU fp32, %d reps (median)\n", c->name, c->L,
                (long long)c->T, (long long)c->H, (long long)c->F, c->E, c->K, reps);
-        printf("%-22s %12s %8s %12s %12s %8s %10s %8s\n", "policy", "kept (MiB)", "vs all", "host (MiB)", "peak (MiB)",
-               "vs all", "step (ms)", "vs all");
-        result base = {0, 0, 0, 0.0};
+        printf("%-24s %11s %7s %11s %11s %7s %10s %7s %9s\n", "policy", "kept (MiB)", "vs all", "host (MiB)",
+               "peak (MiB)", "vs all", "step (ms)", "vs all", "dx err");
+        result base = {0, 0, 0, 0.0, NULL};
+        const size_t n = (size_t)(c->T * c->H);
         for (int p = 0; p < NUM_POLICIES; p++) {
             result r = run_policy(c, &k_policies[p], reps, threads);
             if (p == 0) base = r;
-            printf("%-22s %12.2f %8.2f %12.2f %12.2f %8.2f %10.1f %8.2f\n", k_policies[p].name, r.kept / 1048576.0,
-                   (double)r.kept / (double)base.kept, r.host / 1048576.0, r.peak / 1048576.0,
-                   (double)r.peak / (double)base.peak, r.step_s * 1e3, r.step_s / base.step_s);
+            double num = 0, den = 0;
+            for (size_t i = 0; i < n; i++) {
+                const double d = (double)r.dx[i] - base.dx[i];
+                num += d * d, den += (double)base.dx[i] * base.dx[i];
+            }
+            printf("%-24s %11.2f %7.2f %11.2f %11.2f %7.2f %10.1f %7.2f %9.2e\n", k_policies[p].name,
+                   r.kept / 1048576.0, (double)r.kept / (double)base.kept, r.host / 1048576.0, r.peak / 1048576.0,
+                   (double)r.peak / (double)base.peak, r.step_s * 1e3, r.step_s / base.step_s,
+                   den > 0 ? sqrt(num / den) : 0.0);
+            if (p > 0) free(r.dx);
         }
+        free(base.dx);
     }
     return 0;
 }

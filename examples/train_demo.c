@@ -48,6 +48,7 @@ enum {
 typedef struct options {
     int steps, layers, experts, top_k, threads, quiet;
     int32_t recompute, offload; /* moe_layer_config policies (--recompute, --offload) */
+    int32_t quant_recipe, fp8_storage; /* low precision (--fp8, --quant) */
     float aux;
     uint64_t seed;
     const char *report;
@@ -56,7 +57,8 @@ typedef struct options {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: train_demo [--steps N] [--layers L] [--experts E] [--topk K] [--aux ALPHA] [--threads N]\n"
-               "                  [--seed S] [--report PATH] [--quiet] [--recompute] [--offload]\n"
+               "                  [--seed S] [--report PATH] [--quiet] [--recompute] [--offload] [--fp8]\n"
+               "                  [--quant tensorwise|blockwise|mxfp8|nvfp4]\n"
                "  --steps N      optimiser steps (default 800)\n"
                "  --layers L     MoE layers (default 2)\n"
                "  --experts E    experts per layer (default 8)\n"
@@ -69,7 +71,10 @@ static void usage(FILE *f)
                "  --recompute    layers keep no FC1 output, expert input rows or router logits for backward:\n"
                "                 they are recomputed (same gradients, less activation memory)\n"
                "  --offload      layers move those saved activations and their input to host memory between\n"
-               "                 forward and backward (same gradients)\n");
+               "                 forward and backward (same gradients)\n"
+               "  --fp8          expert GEMMs in FP8 (blockwise recipe: E4M3, 1x128 activation and 128x128\n"
+               "                 weight scales) and their saved activations stored in FP8\n"
+               "  --quant R      expert GEMMs in recipe R (emulated exactly on the CPU), without FP8 storage\n");
 }
 
 static long long parse_number(const char *opt, const char *text, long long lo, long long hi)
@@ -99,7 +104,7 @@ static float parse_real(const char *opt, const char *text, double lo, double hi)
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {800, 2, 8, 1, 0, 0, 0, 0, 1e-3f, 1, "moe_demo_report.svg"};
+    options o = {800, 2, 8, 1, 0, 0, 0, 0, 0, 0, 1e-3f, 1, "moe_demo_report.svg"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quiet")) {
@@ -113,6 +118,25 @@ static options parse_options(int argc, char **argv)
         if (!strcmp(a, "--offload")) { /* every saved activation it can move to host memory */
             o.offload = MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER |
                         MOE_LAYER_OFFLOAD_INPUT;
+            continue;
+        }
+        if (!strcmp(a, "--fp8")) {
+            o.quant_recipe = MOE_QUANT_FP8_BLOCKWISE;
+            o.fp8_storage = MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT;
+            continue;
+        }
+        if (!strcmp(a, "--quant")) {
+            static const char *names[] = {"none", "tensorwise", "blockwise", "mxfp8", "nvfp4"};
+            int found = -1;
+            for (int k = 0; k < 5 && v; k++)
+                if (!strcmp(v, names[k])) found = k;
+            if (found < 0) {
+                fprintf(stderr, "train_demo: --quant needs one of none, tensorwise, blockwise, mxfp8, nvfp4; got '%s'\n",
+                        v ? v : "nothing");
+                exit(2);
+            }
+            o.quant_recipe = found; /* MOE_QUANT_* in this order */
+            i++;
             continue;
         }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -271,6 +295,7 @@ typedef struct run {
     float *loss, *loss_smooth; /* [steps] */
     int64_t held_after_forward; /* most activation bytes the layers kept for backward (device), and ... */
     int64_t offloaded_after_forward; /* ... on the host (offload) */
+    int64_t quant_saturated;  /* quantised values that saturated, over the run */
     double ema;
     float *expected;          /* the exact expected loss ... */
     int *expected_step;       /* ... after these steps */
@@ -303,7 +328,7 @@ static void setup(run *r, int argc, char **argv)
     demo_check(NULL, moe_context_create(&cc, &r->ctx), "moe_context_create");
     demo_check(r->ctx, moe_context_num_threads(r->ctx, &r->threads), "moe_context_num_threads");
     demo_model_config mc = {VOCAB,    HIDDEN,  FFN,         o->experts, o->top_k, o->layers, o->aux,
-                            o->seed, o->recompute, o->offload};
+                            o->seed, o->recompute, o->offload, o->quant_recipe, o->fp8_storage};
     demo_model_create(&r->model, r->ctx, &mc, TOKENS_PER_MICROBATCH);
 
     demo_rng_seed(&r->rng, o->seed * 2 + 1);
@@ -364,6 +389,7 @@ static void train_step(run *r, int step)
         demo_model_fetch_routing(m, TOKENS_PER_MICROBATCH, r->window_per_expert);
         count_routing(m, b->source, TOKENS_PER_MICROBATCH, r->window_load);
         demo_model_backward(m, b->inputs, b->targets, TOKENS_PER_MICROBATCH, 1.0f / MICROBATCHES);
+        if (r->opt.quant_recipe || r->opt.fp8_storage) r->quant_saturated += demo_model_quant_saturated(m);
         demo_model_end_microbatch(m);
     }
     demo_model_adam_step(m, learning_rate(step, r->opt.steps), CLIP_NORM);
@@ -435,8 +461,11 @@ static int finish(run *r, double seconds)
     printf("engine memory: %s in use, peak %s\n", demo_format_bytes(ms.total_current_bytes, cur, sizeof cur),
            demo_format_bytes(ms.total_peak_bytes, peak, sizeof peak));
     char act[24], held[24], off[24];
-    printf("activations (recompute %s, offload %s): kept for backward %s on the device + %s on the host; "
-           "peak %s\n", o->recompute ? "on" : "off", o->offload ? "on" : "off",
+    static const char *recipe[] = {"off", "FP8 tensorwise", "FP8 blockwise", "MXFP8", "NVFP4"};
+    printf("low precision: expert GEMMs %s, FP8 storage %s; saturated values %lld\n", recipe[o->quant_recipe],
+           o->fp8_storage ? "on" : "off", (long long)r->quant_saturated);
+    printf("activations (recompute %s, offload %s, fp8 storage %s): kept for backward %s on the device + %s on the "
+           "host; peak %s\n", o->recompute ? "on" : "off", o->offload ? "on" : "off", o->fp8_storage ? "on" : "off",
            demo_format_bytes(r->held_after_forward, held, sizeof held),
            demo_format_bytes(r->offloaded_after_forward, off, sizeof off),
            demo_format_bytes(ms.peak_bytes[MOE_MEM_ACTIVATIONS], act, sizeof act));

@@ -160,6 +160,8 @@ void demo_model_create(demo_model *m, moe_context *ctx, const demo_model_config 
         lc.param_dtype = MOE_DTYPE_FP32;
         lc.recompute = cfg->recompute;
         lc.offload = cfg->offload;
+        lc.quant_recipe = cfg->quant_recipe;
+        lc.fp8_storage = cfg->fp8_storage;
         lc.seed = cfg->seed * 1000003ull + (uint64_t)l;
         demo_check(ctx, moe_layer_create(ctx, &lc, &m->layers[l]), "moe_layer_create");
         demo_check(ctx, moe_layer_set_grad_mode(m->layers[l], MOE_GRAD_ACCUMULATE), "moe_layer_set_grad_mode");
@@ -317,6 +319,19 @@ double demo_model_aux_loss(const demo_model *m)
         rs.struct_size = sizeof rs;
         demo_check(m->ctx, moe_step_routing_stats(m->steps[l], &rs), "moe_step_routing_stats");
         total += rs.aux_loss;
+    }
+    return total;
+}
+
+int64_t demo_model_quant_saturated(const demo_model *m)
+{
+    int64_t total = 0;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        moe_routing_stats rs;
+        memset(&rs, 0, sizeof rs);
+        rs.struct_size = sizeof rs;
+        demo_check(m->ctx, moe_step_routing_stats(m->steps[l], &rs), "moe_step_routing_stats");
+        total += rs.quant_saturated;
     }
     return total;
 }

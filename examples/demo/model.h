@@ -33,6 +33,8 @@ typedef struct demo_model_config {
     uint64_t seed;    /* host init and layer seeds */
     int32_t recompute; /* moe_layer_config.recompute bits */
     int32_t offload;   /* moe_layer_config.offload bits */
+    int32_t quant_recipe; /* moe_layer_config.quant_recipe (MOE_QUANT_*) */
+    int32_t fp8_storage;  /* moe_layer_config.fp8_storage bits */
 } demo_model_config;
 
 /* One parameter tensor the optimiser updates. */
@@ -77,6 +79,8 @@ void demo_model_backward(demo_model *m, const int32_t *inputs, const int32_t *ta
                          float loss_scale);
 /* Sum over layers of the aux loss values of the last forward. */
 double demo_model_aux_loss(const demo_model *m);
+/* Quantised values that saturated in the layers' last forward and backward, summed over layers. */
+int64_t demo_model_quant_saturated(const demo_model *m);
 /* Copies the routing of the last forward of T tokens into m->routes: expert indices [L][T][K]
  * (moe_step_export_routing), and adds each layer's tokens per expert into per_expert[l*E + e] when
  * per_expert is not NULL. */
