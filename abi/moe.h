@@ -455,7 +455,7 @@ MOE_API void moe_comm_destroy(moe_comm *comm);
 
 /* ================================================================ Parallel Folding layouts (0.2)
  * The attention part of a model uses TP x CP x DP x PP ranks, the MoE part ETP x EP x EDP x PP over the
- * same world (MATH.md §8). A layout maps every rank to its groups under a rank order (the first
+ * same world (docs/math.md §8). A layout maps every rank to its groups under a rank order (the first
  * dimension varies fastest). */
 typedef struct moe_layout moe_layout;
 typedef struct moe_layout_config {
@@ -490,7 +490,7 @@ MOE_API int32_t moe_layout_group(const moe_layout *layout, int32_t rank, int32_t
 MOE_API int32_t moe_comm_split_layout(moe_comm *world, const moe_layout *layout, int32_t group, moe_comm **out);
 
 /* ================================================================ expert parallelism (0.2)
- * A layer spread over ranks (MATH.md §8): expert parallelism (EP: E/EP experts per rank), expert tensor
+ * A layer spread over ranks (docs/math.md §8): expert parallelism (EP: E/EP experts per rank), expert tensor
  * parallelism (ETP: F/ETP of every local expert per rank), and the reduction groups of the losses,
  * gradients and bias counts. All ranks of a group create their layers with the same config and seed;
  * expert weights are then the matching slices of the single-rank layer's. */
@@ -523,7 +523,7 @@ MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream);
 /* ================================================================ standalone token dispatcher (0.2)
  * For hosts with their own experts: moves the tokens of a routing decision the host made (expert
  * indices and probabilities) to the ranks owning those experts and back, with the layer's semantics
- * (MATH.md §4, §5, §8: capacity and drops per rank, rows grouped by local expert, then source rank,
+ * (docs/math.md §4, §5, §8: capacity and drops per rank, rows grouped by local expert, then source rank,
  * then token). Shapes: T local tokens, H hidden, K top-k, Rx rows received by this rank's E_local
  * experts (known after dispatch). One dispatch handle per routing decision, used in this order:
  *
@@ -632,7 +632,7 @@ typedef struct moe_plan_parallel {
     uint32_t struct_size;
     uint32_t api_version;
     const void *next;
-    int32_t tp, cp, dp, pp;         /* attention layout (MATH.md §8); 0 = 1 */
+    int32_t tp, cp, dp, pp;         /* attention layout (docs/math.md §8); 0 = 1 */
     int32_t vpp;                    /* virtual pipeline stages per rank (interleaved 1F1B); 0 = 1 */
     int32_t ep, etp;                /* MoE layout; 0 = 1. EDP = tp cp dp / (ep etp) */
     int32_t micro_batch;            /* sequences per micro-batch; 0 = 1 */

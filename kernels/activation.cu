@@ -1,5 +1,5 @@
 /*
- * Expert activations (MATH.md §6) of the fp32 table: swiglu, geglu (gated: z row = [gate F | up F])
+ * Expert activations (docs/math.md §6) of the fp32 table: swiglu, geglu (gated: z row = [gate F | up F])
  * and gelu, relu, silu (z row = [F]); forward h = p * act(z), backward dz and dp = sum_f act(z)_f dh_f.
  *
  * The formulas are those of src/backend/cpu/cpu_act.c operation for operation (the exact erf GELU,

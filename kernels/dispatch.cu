@@ -1,5 +1,5 @@
 /*
- * Kernels of the dispatch ops (MATH.md §4-§5, contracts in src/backend/ops.h): dispatch_plan,
+ * Kernels of the dispatch ops (docs/math.md §4-§5, contracts in src/backend/ops.h): dispatch_plan,
  * permute, unpermute, align_rows, gather_slots, ag_pack_routing, ag_expert_rows. fp32 table.
  *
  * Plans are stable bucket sorts of the assignments by expert, done with the device-wide radix sort

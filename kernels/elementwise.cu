@@ -4,7 +4,7 @@
  * are registered from here). One thread per element in a grid-stride loop (coalesced, 64-bit
  * indices) unless a row reduction needs a warp per row. The arithmetic mirrors
  * src/backend/cpu/cpu_elementwise.c operation for operation, so that results match the CPU backend
- * bit for bit where MATH.md asks: convert, index_narrow and all_finite work on the bits.
+ * bit for bit where docs/math.md §9.1 asks: convert, index_narrow and all_finite work on the bits.
  */
 #include "kcommon.cuh"
 

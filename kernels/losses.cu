@@ -1,5 +1,5 @@
 /*
- * Load-balancing kernels (MATH.md §3): aux_stats, aux_bwd, zloss_fwd, zloss_bwd, aux_loss,
+ * Load-balancing kernels (docs/math.md §3): aux_stats, aux_bwd, zloss_fwd, zloss_bwd, aux_loss,
  * count_add, bias_update. Filled into the table by fill_route (route.cu).
  *
  * Reductions over tokens follow the CPU's order (cpu_loss.c): fixed chunks of AUX_CHUNK tokens

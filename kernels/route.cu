@@ -1,12 +1,12 @@
 /*
- * Routing kernels (MATH.md §2): route_fwd (score function, group-limited top-k, probabilities) and
+ * Routing kernels (docs/math.md §2): route_fwd (score function, group-limited top-k, probabilities) and
  * route_bwd (the probabilities' gradient through the score function). The loss ops live in
  * losses.cu; fill_route fills all nine slots of this family.
  *
  * route_fwd: one warp per token. Up to E = 32 * ROW_VPT_MAX (1024) experts the row stays in
  * registers (VPT values per lane, expert e = lane + 32 j); wider rows are read again from memory for
  * every pick (any E). Each pick is a warp argmax under the ranking of route_math.cuh, so the
- * selection follows MATH.md's tie rules exactly, and the sums over the picks (softmax normaliser,
+ * selection follows docs/math.md §2.4's tie rules exactly, and the sums over the picks (softmax normaliser,
  * group scores, sigmoid normaliser) run in the CPU's order, in double like the CPU.
  *
  * route_bwd: softmax and the sigmoid functions touch only the K selected logits: one thread per

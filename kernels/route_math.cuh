@@ -1,7 +1,7 @@
 /*
  * Device helpers shared by the routing kernels (route.cu) and the loss kernels (losses.cu): the
  * score functions written operation for operation like src/backend/cpu/cpu_route.c and cpu_loss.c
- * (so the simulator reproduces the CPU's bits), the strict ranking of every top-k (MATH.md §2:
+ * (so the simulator reproduces the CPU's bits), the strict ranking of every top-k (docs/math.md §2.4:
  * larger first, a number above NaN, ties -> lower index) and the warp-wide "next best" selection.
  *
  * Top-k without marks: (value, index) pairs are totally ordered by `before`, so the k-th pick is

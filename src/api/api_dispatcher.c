@@ -26,7 +26,7 @@ MOE_API int32_t moe_dispatcher_config_init(moe_dispatcher_config *cfg, size_t st
     return moe_config_init("moe_dispatcher_config", cfg, struct_size, sizeof *cfg, DISP_CFG_MIN);
 }
 
-/* The fields of a copied config, against MATH.md §4 and the EP group. */
+/* The fields of a copied config, against docs/math.md §4 and the EP group. */
 static int32_t check_config(moe_context *ctx, const moe_dispatcher_config *c, const moe_comm *ep)
 {
     const int64_t dim_max = (int64_t)1 << 24;

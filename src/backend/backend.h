@@ -32,7 +32,7 @@ enum {
     MOE_BACKEND_CAP_GRAPHS = 1 << 2,      /* can capture and replay a stream's work */
     MOE_BACKEND_CAP_HOST_MEMORY = 1 << 3, /* device memory is host memory (CPU) */
     /* bf16 x bf16 GEMMs are this backend's fast path (tensor cores): bf16 layers hand the expert
-     * weight-gradient GEMMs their activation operands rounded to bf16 (RNE), as MATH.md §9's bf16
+     * weight-gradient GEMMs their activation operands rounded to bf16 (RNE), as docs/math.md §9's bf16
      * tolerance allows, instead of two fp32 operands */
     MOE_BACKEND_CAP_BF16_GEMM = 1 << 4,
     /* gemm_q runs FP8 tensor-core matmuls for per-tensor FP8 operands (ops.h; which shapes and pairs:

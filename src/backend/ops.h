@@ -46,7 +46,7 @@ typedef struct moe_exec {
     size_t workspace_bytes;
 } moe_exec;
 
-/* Routing parameters, resolved from the layer config (see MATH.md §2). Passed by pointer, [host]. */
+/* Routing parameters, resolved from the layer config (see docs/math.md §2). Passed by pointer, [host]. */
 typedef struct moe_route_params {
     int32_t num_experts;    /* E */
     int32_t top_k;          /* K */
@@ -56,7 +56,7 @@ typedef struct moe_route_params {
     double scaling_factor;  /* gamma (1.0 = none) */
 } moe_route_params;
 
-/* Buffers of a dispatch plan (MATH.md §4–§5), all device memory allocated by the caller with the
+/* Buffers of a dispatch plan (docs/math.md §4–§5), all device memory allocated by the caller with the
  * sizes noted (R_max: see dispatch_plan). */
 typedef struct moe_dispatch_plan {
     int64_t *tokens_per_expert; /* [E]   routed assignments before capacity */
@@ -69,7 +69,7 @@ typedef struct moe_dispatch_plan {
     int64_t *stats;             /* [3]  R = rows used (kept + padding), dropped assignments, padding rows */
 } moe_dispatch_plan;
 
-/* Load-balancing loss parameters (MATH.md §3), resolved by the core. Passed by pointer, [host]. */
+/* Load-balancing loss parameters (docs/math.md §3), resolved by the core. Passed by pointer, [host]. */
 typedef struct moe_aux_params {
     int32_t type;         /* MOE_AUX_SWITCH, MOE_AUX_SEQUENCE or MOE_AUX_GLOBAL */
     int32_t E, K;
@@ -108,7 +108,7 @@ typedef struct moe_ops {
      * operand is bf16, its values are used exactly and products accumulate in fp32; an fp32 partner
      * is rounded to bf16 (RNE) where the backend multiplies in bf16 (bf16 dot-product hardware, tensor
      * cores), and used as is where it widens the bf16 operand to fp32 instead. Either way the result
-     * is at least as accurate as bf16 x bf16 with fp32 accumulation (MATH.md §9). Tables other than
+     * is at least as accurate as bf16 x bf16 with fp32 accumulation (docs/math.md §9.2). Tables other than
      * fp32 reject bf16 operands with MOE_ERR_UNSUPPORTED. With both operands in the table's dtype
      * nothing is rounded. */
     /* C[m,n] = alpha * op(A) op(B) + beta * C; op(X) = X or X^T (trans_* = 1). Row-major with
@@ -132,7 +132,7 @@ typedef struct moe_ops {
                                    double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
                                    double beta, void *c, int64_t c_group_stride);
 
-    /* ---- routing (MATH.md §2) -------------------------------------------------------------- */
+    /* ---- routing (docs/math.md §2) -------------------------------------------------------------- */
     /* From logits [T,E] (and the fp expert bias [E] or NULL) select experts and probabilities:
      * idx [T,K] int32 (descending selection key, ties -> lower index), probs [T,K] real (after scaling). */
     int32_t (*route_fwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
@@ -142,7 +142,7 @@ typedef struct moe_ops {
     int32_t (*route_bwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
                          const int32_t *idx, const void *dprobs, void *dlogits);
 
-    /* ---- load-balancing losses (MATH.md §3) ------------------------------------------------- */
+    /* ---- load-balancing losses (docs/math.md §3) ------------------------------------------------- */
     /* Aux statistics over B = T/S sequences of S tokens (switch: S = T, B = 1):
      * aux scores s^ = softmax(l) (softmax score functions) or f(l)/sum_j f(l_j) (sigmoid: f = sigma,
      * sqrtsoftplus: f = sqrt(softplus)); aux map = plain TopK(s^) (ties -> lower index).
@@ -158,7 +158,7 @@ typedef struct moe_ops {
     /* dlogits[t,i] += coef * 2 * lse_t * softmax(l_t)_i, with coef = beta * scale / T given by the caller. */
     int32_t (*zloss_bwd)(const moe_exec *ex, int32_t E, int64_t T, const void *logits, double coef, void *dlogits);
 
-    /* ---- dispatch (MATH.md §4–§5) ----------------------------------------------------------- */
+    /* ---- dispatch (docs/math.md §4–§5) ----------------------------------------------------------- */
     /* Plans the expert-major permutation of the T*K assignments: within an expert rows are in
      * ascending token order. capacity < 0 = dropless. Over capacity, drop_policy MOE_DROP_PROBS keeps
      * the C highest probabilities (ties -> earlier token), MOE_DROP_POSITION the C earliest tokens.
@@ -176,7 +176,7 @@ typedef struct moe_ops {
     int32_t (*unpermute)(const moe_exec *ex, int64_t T, int32_t K, int64_t H, const void *rows,
                          const int64_t *slot_row, int32_t accumulate, void *y);
 
-    /* ---- expert activation (MATH.md §6) ----------------------------------------------------- */
+    /* ---- expert activation (docs/math.md §6) ----------------------------------------------------- */
     /* z [n, F1] (F1 = 2F for gated: gate columns 0..F-1, up columns F..2F-1), p [n] or NULL (= 1):
      * h[r, f] = p[r] * act(z[r, :])[f], h [n, F] (=). */
     int32_t (*act_fwd)(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z, const void *p,
@@ -210,7 +210,7 @@ typedef struct moe_ops {
      * finite, else 0. */
     int32_t (*all_finite)(const moe_exec *ex, int64_t n, const void *x, int32_t dtype, int32_t *ok);
 
-    /* ---- losses and balancing state (MATH.md §3) ---------------------------------------------- */
+    /* ---- losses and balancing state (docs/math.md §3) ---------------------------------------------- */
     /* From aux_stats' counts [B,E] and score_sums [B,E] and the token total of the reduction group
      * group_tokens [1] int64 (= T when the group is this rank): coef [B,E] (=) = scale * dL_aux/ds^,
      * loss [1] (=) = L_aux (without scale). MOE_AUX_GLOBAL uses (and with update_global first adds
@@ -278,7 +278,7 @@ typedef struct moe_ops {
                               int64_t rrec, const void *grec, const int64_t *xoff, int64_t *gslot, int64_t *rowtok,
                               void *pr);
 
-    /* ---- quantisation (MATH.md §9; docs/semantics.md, "Low-precision formats") ------------------- */
+    /* ---- quantisation (docs/math.md §9.3; docs/semantics.md, "Low-precision formats") ------------------- */
     /* x [rows, cols] real (fp32 table only; the fp64 table answers MOE_ERR_UNSUPPORTED) is quantised
      * in `format` (MOE_QFMT_*) with the block scales of `scaling` (MOE_QSCALE_*): round to nearest
      * even, saturating; overflow [1] int64 += the elements whose rounded magnitude was beyond the

@@ -1,5 +1,5 @@
 /*
- * The all-gather dispatcher (MATH.md §8): every rank of the EP x ETP group sees every token of the
+ * The all-gather dispatcher (docs/math.md §8): every rank of the EP x ETP group sees every token of the
  * group and computes the rows of its local experts; the partial outputs go back to the tokens' owners
  * by reduce-scatter.
  *
@@ -12,7 +12,7 @@
  * What is gathered:
  *   header   per source rank: its T and its local plan's row count per expert [E] (kept + padding)
  *   routing  per token and assignment k: the expert, or -1 when the source's plan dropped it (capacity is
- *            per rank, MATH.md §4, so the source's decision is used), and the probability
+ *            per rank, docs/math.md §4, so the source's decision is used), and the probability
  *   x        per token: the input row (compute dtype)
  * Expert rows on this rank: for each local expert (expert_first .. + E_local), the kept assignments of
  * the gathered tokens in ascending gathered-token order, then padding rows (zero x, p = 0) up to the sum

@@ -1,5 +1,5 @@
 /*
- * The all-to-all dispatcher (MATH.md §8). Expert parallelism over ep_comm: P ranks, E_local = E/P
+ * The all-to-all dispatcher (docs/math.md §8). Expert parallelism over ep_comm: P ranks, E_local = E/P
  * contiguous experts each. Expert tensor parallelism over etp_comm: Q ranks holding the same experts
  * (an F/Q shard each) and different tokens.
  *

@@ -1,6 +1,6 @@
 /*
  * Token dispatchers (internal): how the rows of the local dispatch plan reach the experts that
- * compute them, and how their results come back (MATH.md §5, §8). The layer's expert compute is the
+ * compute them, and how their results come back (docs/math.md §5, §8). The layer's expert compute is the
  * same for every dispatcher: it sees Rx rows grouped by local expert.
  *
  *   local      one rank: the expert rows are the permuted local rows (no communication)

@@ -1,5 +1,5 @@
 /*
- * The expert block (MATH.md §6), one implementation for every caller: the unchunked layer runs it
+ * The expert block (docs/math.md §6), one implementation for every caller: the unchunked layer runs it
  * over all local experts, the chunked pipeline over one group of experts at a time. It works on the
  * tape's expert rows (xr, pr, grouped by local expert at the host offsets xoff) in place, so a group's
  * rows are computed by exactly the calls the unchunked block makes for them (bitwise the same).

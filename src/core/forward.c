@@ -17,7 +17,7 @@
 
 /* Switch / global aux losses count over the reduction group (aux_comm: ranks sharing the token set):
  * the counts c and the token total T_tot are summed there (device buffers, on the step's stream), each
- * rank keeps its local s^ sums, so the per-rank values add up to the group's loss (MATH.md §3). */
+ * rank keeps its local s^ sums, so the per-rank values add up to the group's loss (docs/math.md §3). */
 static int32_t reduce_aux_counts(moe_layer *L, moe_step *step, const moe_exec *e)
 {
     if (!L->aux_comm || L->cfg.aux_loss_type == MOE_AUX_SEQUENCE) return MOE_OK;

@@ -1,5 +1,5 @@
 /*
- * The MoE layer and its step tape (internal). See MATH.md for what is computed and
+ * The MoE layer and its step tape (internal). See docs/math.md for what is computed and
  * docs/layer.md for the forward/backward data flow.
  */
 #ifndef MOE_CORE_LAYER_H
@@ -181,7 +181,7 @@ const void *moe_layer_weight(const moe_layer *layer, int32_t slot);
 int32_t moe_layer_weight_dtype(const moe_layer *layer, int32_t slot);
 /* The two GEMM-op arguments of a weight operand: pointer, dtype. */
 #define WEIGHT_ARGS(L, slot) moe_layer_weight((L), (slot)), moe_layer_weight_dtype((L), (slot))
-/* Capacity per expert of T local tokens (MATH.md §4); -1 = dropless. Shared by the layer and the
+/* Capacity per expert of T local tokens (docs/math.md §4.1); -1 = dropless. Shared by the layer and the
  * standalone dispatcher, so both drop the same assignments. */
 int64_t moe_layer_capacity(const moe_layer *L, int64_t T);
 /* Most rows a dispatch plan of T tokens with capacity C can hold: T*K dropless, E*C padded, else

@@ -1,4 +1,4 @@
-/* Validation of a layer config against MATH.md, and the resolved (defaults filled) copy. */
+/* Validation of a layer config against docs/math.md, and the resolved (defaults filled) copy. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * Parallel Folding layouts (MATH.md §8, docs/parallel.md): pure rank arithmetic, no communication.
+ * Parallel Folding layouts (docs/math.md §8, docs/parallel.md): pure rank arithmetic, no communication.
  *
  * A rank order names the five dimensions tp, cp, ep, dp, pp from fastest- to slowest-varying. The same
  * world is decomposed twice under that order:

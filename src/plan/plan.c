@@ -196,7 +196,7 @@ static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, 
         return BAD("par.distributed_optimizer = %d; expected 0 or 1", p->distributed_optimizer);
     if (p->device_memory_bytes < 0) return BAD("par.device_memory_bytes is negative");
     if ((P->tp * P->cp * P->dp) % (P->ep * P->etp) != 0)
-        return BAD("EP x ETP = %lld does not divide TP x CP x DP = %lld (MATH.md §8)", (long long)(P->ep * P->etp),
+        return BAD("EP x ETP = %lld does not divide TP x CP x DP = %lld (docs/math.md §8)", (long long)(P->ep * P->etp),
                    (long long)(P->tp * P->cp * P->dp));
     P->edp = P->tp * P->cp * P->dp / (P->ep * P->etp);
     if (m->num_experts > 0 && m->num_experts % P->ep != 0)

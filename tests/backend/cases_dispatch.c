@@ -1,5 +1,5 @@
 /*
- * Cases of the dispatch family (MATH.md §4-§5): dispatch_plan, permute, unpermute, align_rows,
+ * Cases of the dispatch family (docs/math.md §4-§5): dispatch_plan, permute, unpermute, align_rows,
  * gather_slots, ag_pack_routing, ag_expert_rows.
  *
  * Index inputs are always valid for the contracts: routings have K distinct experts per token (one

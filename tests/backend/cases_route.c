@@ -1,5 +1,5 @@
 /*
- * Cases of the routing and loss family (MATH.md §2-§3): route_fwd, route_bwd, aux_stats, aux_bwd,
+ * Cases of the routing and loss family (docs/math.md §2-§3): route_fwd, route_bwd, aux_stats, aux_bwd,
  * zloss_fwd, zloss_bwd, aux_loss, count_add, bias_update.
  *
  * Logits come in four kinds: random, quantised to quarters (many exact ties: the tie rules must
@@ -273,7 +273,7 @@ void hx_cases_route(hx_suite *s, int32_t dt)
 {
     enum { SM = MOE_SCORE_SOFTMAX, PRE = MOE_SCORE_SOFTMAX_PRE_TOPK, SIG = MOE_SCORE_SIGMOID,
            SSP = MOE_SCORE_SQRTSOFTPLUS };
-    /* route_fwd: every score function; softmax (top-k then softmax) only with K > 1 (MATH.md §2);
+    /* route_fwd: every score function; softmax (top-k then softmax) only with K > 1 (docs/math.md §2.1);
      * T = 0 and 1, K = E, groups (DeepSeek style), scaling, the expert bias, ties, saturation */
     route_fwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, 0, L_RANDOM);
     route_fwd_case(s, dt, SM, 64, 8, 0, 0, 127, 2.5, 0, L_RANDOM);
@@ -350,7 +350,7 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     count_add_case(s, dt, 33);
     count_add_case(s, dt, 1000);
 
-    /* bias_update: MATH.md §7's closed form, counts at the mean (sign 0), all equal, E = 1, random */
+    /* bias_update: docs/math.md §7's closed form, counts at the mean (sign 0), all equal, E = 1, random */
     const int64_t c4[4] = {5, 1, 2, 0}, at_mean[4] = {3, 3, 2, 4}, equal[8] = {7, 7, 7, 7, 7, 7, 7, 7}, one[1] = {9};
     bias_update_case(s, dt, 4, c4, 1e-3, "counts=5,1,2,0");
     bias_update_case(s, dt, 4, at_mean, 1e-3, "counts=3,3,2,4");

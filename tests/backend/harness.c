@@ -1,6 +1,6 @@
 /*
  * The harness machinery: the op list, case construction, running a case on one backend (guarded,
- * poisoned device buffers), and comparing two backends' results (MATH.md §9).
+ * poisoned device buffers), and comparing two backends' results (docs/math.md §9).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -147,7 +147,7 @@ static void poison(int type, size_t n, unsigned char *p)
 
 static int is_float(int type) { return type == HX_F32 || type == HX_F64 || type == HX_BF16; }
 
-/* eps and norm tolerance of a precision (MATH.md §9; fp64 tables: 1e-12). */
+/* eps and norm tolerance of a precision (docs/math.md §9.1; fp64 tables: 1e-12). */
 static double prec_eps(int prec) { return prec == HX_BF16 ? 0x1p-8 : prec == HX_F32 ? 0x1p-23 : 0x1p-52; }
 static double prec_rtol(int prec) { return prec == HX_BF16 ? 1e-2 : prec == HX_F32 ? 1e-5 : 1e-12; }
 
@@ -418,7 +418,7 @@ static int compare_bits(const hx_buf *b, const unsigned char *pa, const unsigned
     return 1;
 }
 
-/* Float outputs, MATH.md §9: ||B - A|| / ||A|| < rtol, and per element |B - A| <= tol + |A| eps
+/* Float outputs, docs/math.md §9.1: ||B - A|| / ||A|| < rtol, and per element |B - A| <= tol + |A| eps
  * with tol = atol * max|A| (by default atol = rtol: a difference small next to the output's scale,
  * as a different summation order gives). HX_CMP_EXACT instead asks for identical bits (copies,
  * zero rows, one rounding), and so does `same` (A and B are one backend: ops.h promises bitwise

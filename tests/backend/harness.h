@@ -26,7 +26,7 @@
 enum { HX_F32, HX_F64, HX_BF16, HX_I32, HX_I64, HX_U8, HX_BYTES };
 /* What the op does with a buffer: reads it (must stay unchanged), or writes it (compared). */
 enum { HX_IN, HX_OUT };
-/* How an output is compared: MATH.md §9 tolerances, or bit for bit. */
+/* How an output is compared: docs/math.md §9 tolerances, or bit for bit. */
 enum { HX_CMP_TOL, HX_CMP_EXACT };
 /* Why a case failed (the self-test asks for a specific kind). */
 enum { HX_OK = 0, HX_FAIL_SETUP, HX_FAIL_STATUS, HX_FAIL_GUARD, HX_FAIL_INPUT, HX_FAIL_VALUE };
@@ -100,7 +100,7 @@ void hx_distinct(hx_rng *r, int64_t *v, int64_t n, int64_t range);
  * `avoid` (-1: none; then K <= E - 1 is required). */
 void hx_routing(hx_rng *r, int32_t E, int32_t K, int64_t T, int32_t avoid, int32_t *idx);
 
-/* A dispatch plan made on the host from a routing (MATH.md §4-§5; position drop policy), the valid
+/* A dispatch plan made on the host from a routing (docs/math.md §4-§5; position drop policy), the valid
  * index inputs of permute / unpermute / align_rows / gather_slots. */
 typedef struct hx_plan {
     int64_t R;          /* rows: kept + padding */

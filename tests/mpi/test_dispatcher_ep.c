@@ -1,6 +1,6 @@
 /*
  * Standalone token dispatcher over expert parallelism == the same on one rank (abi/moe.h, "standalone
- * token dispatcher"; MATH.md §4, §8), through the public ABI, under mpirun.
+ * token dispatcher"; docs/math.md §4, §8), through the public ABI, under mpirun.
  *
  * One global problem: x [T_GLOB, H], dy [T_GLOB, H], routing indices / probabilities [T_GLOB, K] from
  * formulas, sliced contiguously and unevenly over the world ranks (in some cases the last rank holds no
@@ -13,7 +13,7 @@
  * Checked on every rank (dropless): x_rows are grouped by local expert, then source rank, then token,
  * with row_probs and tokens_per_expert to match. Rank 0 gathers y, dx, dprobs and the dropped counts
  * and compares them with one dispatcher on a self comm run on the whole problem (dropless), or, in
- * capacity modes (capacity is per rank, MATH.md §4), on each rank's slice in turn.
+ * capacity modes (capacity is per rank, docs/math.md §4), on each rank's slice in turn.
  *
  * Rank 0 prints one line per case and "N passed, M failed"; the exit status is non-zero on failure.
  */

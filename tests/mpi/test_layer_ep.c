@@ -1,5 +1,5 @@
 /*
- * Expert-parallel layer == single-rank layer (MATH.md §8), through the public ABI, under mpirun.
+ * Expert-parallel layer == single-rank layer (docs/math.md §8), through the public ABI, under mpirun.
  *
  * One global problem per case: x [T_GLOB, H] and dy [T_GLOB, H] from fixed seeds, sliced
  * contiguously over the world ranks (uneven slices; in some cases one rank holds no tokens). The
@@ -11,7 +11,7 @@
  * (every case twice: with one-rank groups passed as one-rank comms, and as NULL, the ABI's "size 1"),
  * runs forward + backward + moe_layer_reduce_grads, and rank 0 compares against one single-rank
  * layer (moe_layer_create, same config and seed) run on the whole batch, or, in capacity modes
- * (capacity is per rank, MATH.md §4), on each rank's slice in turn with the gradients accumulated:
+ * (capacity is per rank, docs/math.md §4), on each rank's slice in turn with the gradients accumulated:
  *   y, dx (gathered slices), router / shared gradients (every rank's copy after the reduction),
  *   expert gradients (each replica's shards assembled into [E, F1, H] / [E, H, F]), the expert
  *   weights themselves, the summed aux loss and the summed dropped count.

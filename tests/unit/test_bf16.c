@@ -1,5 +1,5 @@
 /*
- * bf16 compute (ops.h "Operand dtypes", MATH.md §9). The GEMM ops with bf16 operands, on both CPU
+ * bf16 compute (ops.h "Operand dtypes", docs/math.md §9.2). The GEMM ops with bf16 operands, on both CPU
  * paths (oneDNN's bf16 matmul, and widening to fp32; each forced in turn, then AUTO), against an fp64
  * reference: on bf16-representable inputs only the fp32 summation differs; an fp32 operand paired
  * with a bf16 one is rounded to bf16 (RNE) by the native path and used as is by the widening one.
@@ -343,7 +343,7 @@ static double rel_err_bf16(const uint16_t *x, const double *ref, size_t n)
 }
 
 /* A bf16 layer (gated SwiGLU experts, gated shared expert, aux and z losses) and an fp64 layer with the
- * bf16 layer's weights, on the same bf16 inputs: y, dx and each gradient within MATH.md §9's 1e-2. */
+ * bf16 layer's weights, on the same bf16 inputs: y, dx and each gradient within docs/math.md §9's 1e-2. */
 START_TEST(bf16_layer_matches_f64)
 {
     const int32_t prev = moe_cpu_bf16_gemm_path(PATHS[_i]);

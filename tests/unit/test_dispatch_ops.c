@@ -1,5 +1,5 @@
 /*
- * CPU dispatch ops (MATH.md §4–§5): the dispatch plan (expert-major, ascending token, capacity with
+ * CPU dispatch ops (docs/math.md §4–§5): the dispatch plan (expert-major, ascending token, capacity with
  * both drop policies and their tie rules, padding), permute and unpermute.
  */
 #include <math.h>
@@ -54,7 +54,7 @@ static void plan_free(plan_buf *b)
     free(b->p.dropped), free(b->p.stats);
 }
 
-/* Reference planner, written from MATH.md §4 directly (O(n^2)): assignment a of expert e is kept if fewer
+/* Reference planner, written from docs/math.md §4 directly (O(n^2)): assignment a of expert e is kept if fewer
  * than C assignments of e beat it (probs: higher p, or equal p and earlier token; position: earlier). */
 static int ref_kept(int32_t K, int64_t T, const int32_t *idx, const double *probs, int64_t C, int32_t policy, int64_t a)
 {
@@ -200,7 +200,7 @@ START_TEST(test_plan_random_vs_reference)
                 free(rp);
                 plan_free(&b), plan_free(&bf);
             }
-    /* a capacity that drops nothing equals dropless (MATH.md §7) */
+    /* a capacity that drops nothing equals dropless (docs/math.md §7) */
     plan_buf d, c;
     plan_alloc(&d, E, T, K, -1);
     plan_alloc(&c, E, T, K, T);

@@ -1,5 +1,5 @@
 /*
- * Layer-level semantics through the ABI: MATH.md §7 closed forms, tie rules, capacity, expert-bias
+ * Layer-level semantics through the ABI: docs/math.md §7 closed forms, tie rules, capacity, expert-bias
  * counting and update, aux-loss variants, precision contracts (fp32 and bf16 against the fp64
  * reference), determinism, T = 0, two-phase backward and gradient modes.
  */
@@ -105,7 +105,7 @@ static float from_bf16(uint16_t b)
     return f;
 }
 
-/* ---- MATH.md §7 closed forms ------------------------------------------------------------- */
+/* ---- docs/math.md §7 closed forms ------------------------------------------------------------- */
 
 START_TEST(capacity_large_equals_dropless)
 {
@@ -378,7 +378,7 @@ START_TEST(padding_matches_unpadded)
 }
 END_TEST
 
-/* ---- precision contracts (MATH.md §9) ------------------------------------------------------ */
+/* ---- precision contracts (docs/math.md §9) ------------------------------------------------------ */
 
 static moe_layer_config rich_config(int32_t dtype)
 {
@@ -454,14 +454,14 @@ static double worst_error_vs_f64(int32_t dtype)
 START_TEST(fp32_matches_f64_reference)
 {
     double e = worst_error_vs_f64(MOE_DTYPE_FP32);
-    ck_assert_msg(e < 1e-5, "fp32 vs fp64 worst relative error %g (MATH.md §9: < 1e-5)", e);
+    ck_assert_msg(e < 1e-5, "fp32 vs fp64 worst relative error %g (docs/math.md §9: < 1e-5)", e);
 }
 END_TEST
 
 START_TEST(bf16_matches_f64_reference)
 {
     double e = worst_error_vs_f64(MOE_DTYPE_BF16);
-    ck_assert_msg(e < 1e-2, "bf16 vs fp64 worst relative error %g (MATH.md §9: < 1e-2)", e);
+    ck_assert_msg(e < 1e-2, "bf16 vs fp64 worst relative error %g (docs/math.md §9: < 1e-2)", e);
 }
 END_TEST
 

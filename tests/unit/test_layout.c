@@ -1,5 +1,5 @@
 /*
- * Parallel Folding layouts (moe.h "Parallel Folding layouts", MATH.md §8, docs/parallel.md).
+ * Parallel Folding layouts (moe.h "Parallel Folding layouts", docs/math.md §8, docs/parallel.md).
  *
  *  - a table of configurations with hand-derived groups: every group kind of a few ranks, the resolved
  *    sizes, each rank's index; small worlds written out member by member, the 256-rank case of the

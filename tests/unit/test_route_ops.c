@@ -1,5 +1,5 @@
 /*
- * CPU routing and load-balancing ops (src/backend/cpu/cpu_route.c, cpu_loss.c) against MATH.md §2-§3:
+ * CPU routing and load-balancing ops (src/backend/cpu/cpu_route.c, cpu_loss.c) against docs/math.md §2-§3:
  * closed-form checks (§7), tie rules, finite-difference gradients in double, NaN safety, thread-count
  * determinism of the fp32 path, argument checks.
  */
@@ -109,7 +109,7 @@ END_TEST
 
 START_TEST(test_group_example)
 {
-    /* MATH.md §7: keys [0.9,0.1 | 0.5,0.45 | 0.2,0.2 | 0.8,0.0], K = 2, G = 4, M = 2 -> {0, 6} */
+    /* docs/math.md §7: keys [0.9,0.1 | 0.5,0.45 | 0.2,0.2 | 0.8,0.0], K = 2, G = 4, M = 2 -> {0, 6} */
     const double key[8] = {0.9, 0.1, 0.5, 0.45, 0.2, 0.2, 0.8, 0.0};
     double l[8], zero[8] = {0}, bias[8], p[2];
     int32_t idx[2];

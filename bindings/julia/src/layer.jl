@@ -10,7 +10,7 @@ A MoE layer. Keywords are the fields of `moe_layer_config` by name (`activation 
 builds the config on its own.
 
 The parallel keywords (either form) spread the layer over ranks (`moe_layer_create_parallel`;
-MATH.md §8): `ep`, `etp`, `aux`, `edp`, `dp`, `bias` are [`Comm`](@ref)s of the same context (the
+docs/math.md §8): `ep`, `etp`, `aux`, `edp`, `dp`, `bias` are [`Comm`](@ref)s of the same context (the
 EP, ETP, aux-loss, expert-gradient, router-gradient and bias-count groups), `dispatcher` is
 `DISPATCHER_ALL_TO_ALL` or `DISPATCHER_ALL_GATHER`, `num_chunks` the all-to-all overlap chunks.
 Without any of them the layer is a one-rank `moe_layer_create` layer. The layer retains its comms.

@@ -1,5 +1,5 @@
 /*
- * Expert activations (MATH.md §6): swiglu, geglu (gated: z row = [gate F | up F]) and gelu, relu,
+ * Expert activations (docs/math.md §6): swiglu, geglu (gated: z row = [gate F | up F]) and gelu, relu,
  * silu (z row = [F]), forward h = p * act(z) and backward.
  *
  * GELU is the exact erf form 0.5 x (1 + erf(x / sqrt 2)) (PyTorch's default F.gelu), not the tanh

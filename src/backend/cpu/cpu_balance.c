@@ -1,5 +1,5 @@
 /*
- * Load-balancing state of the CPU backend (MATH.md §3): the aux-loss value and its gradient
+ * Load-balancing state of the CPU backend (docs/math.md §3): the aux-loss value and its gradient
  * coefficients from the aux statistics, the expert-bias token counts and the bias update. Values and
  * coefficients are computed in double whatever the table's real, as the statistics are.
  */

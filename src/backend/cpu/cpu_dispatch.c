@@ -1,5 +1,5 @@
 /*
- * Dispatch planning, permute and unpermute (MATH.md §4–§5).
+ * Dispatch planning, permute and unpermute (docs/math.md §4–§5).
  *
  * The plan is a stable counting sort of the T*K assignments a = t*K + k by expert, so rows are
  * expert-major and, within an expert, in ascending (token, k) order. Over capacity, the kept subset

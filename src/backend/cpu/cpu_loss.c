@@ -1,5 +1,5 @@
 /*
- * Load-balancing losses (MATH.md §3): the statistics of the switch / sequence aux loss, the z-loss,
+ * Load-balancing losses (docs/math.md §3): the statistics of the switch / sequence aux loss, the z-loss,
  * and their backward passes.
  *
  * Determinism: reductions over tokens run over fixed chunks of AUX_CHUNK tokens (never crossing a

@@ -1,5 +1,5 @@
 /*
- * Routing ops (MATH.md §2): score function, (group-limited) top-k, probabilities, and the backward
+ * Routing ops (docs/math.md §2): score function, (group-limited) top-k, probabilities, and the backward
  * of the probabilities through the score function.
  *
  * Element-wise math is done in `real`; per-token sums are accumulated in double. Every token is
