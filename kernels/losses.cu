@@ -417,9 +417,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             l += c * score_sums[i];
         }
     } else {
-        const double S = (double)p.T / (double)p.B;
+        const double S = (double)p.T / (double)p.B; /* T = 0: S = 0, the loss is 0 (cpu_balance.c) */
         for (int64_t i = tid; i < p.B * E; i += THREADS) {
-            double c = alpha * dE * (double)counts[i] / (K * S * S * (double)p.B);
+            double c = S > 0 ? alpha * dE * (double)counts[i] / (K * S * S * (double)p.B) : 0.0;
             coef[i] = c * scale;
             l += c * score_sums[i];
         }

@@ -401,6 +401,8 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     aux_loss_case(s, dt, MOE_AUX_SWITCH, 300, 8, 1, 600, 600, 0, 0);
     count_add_case(s, dt, 70000);
     bias_update_case(s, dt, 300, NULL, 1e-3, "random");
+    /* no tokens with the sequence loss: the core passes B = 1, S = T / B = 0; loss and coef are 0 */
+    aux_loss_case(s, dt, MOE_AUX_SEQUENCE, 8, 2, 1, 0, 0, 0, 0);
 
     /* Invalid arguments: the same status from every backend, nothing written. */
     route_fwd_case(s, dt, SM, 4, 5, 0, 0, 3, 1.0, 0, L_RANDOM); /* K > E */
