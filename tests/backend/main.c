@@ -2,6 +2,7 @@
  * test_backend_ops: runs every case of every op on backend A and backend B and compares.
  *
  *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME[,NAME...]] [--expect-fail OP[:KIND]]
+ *                    [--light]
  *
  * NAME: a backend of this build by its name ("cpu", later "cuda"); "guarded-cpu", the CPU backend
  * whose device memory faults when touched outside backend entries (tests/unit/guarded_backend.c:
@@ -14,6 +15,9 @@
  * failed (with KIND: guard, value, status, input, if given) and every case of every other op (of
  * --op's, when given: OP must be one of them) passed; the last line then counts the ops whose
  * outcome was as expected.
+ * --light skips the cases marked heavy (hx_case.heavy: the largest inputs, whose every shape class,
+ * edge case and format is also in a smaller case); the sanitizer build's simulator run uses it, the
+ * Release run keeps them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +32,12 @@
 
 static const char *usage =
     "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME[,NAME...]]\n"
-    "                        [--expect-fail OP[:KIND]]\n"
+    "                        [--expect-fail OP[:KIND]] [--light]\n"
     "  NAME: cpu (or another backend of this build), guarded-cpu, sim (the CUDA kernels in the\n"
     "        kernel simulator, where built), sim-planted-nosync, sim-planted-offbyone (the simulator\n"
     "        with a planted kernel bug), broken-permute,\n"
     "        broken-unpermute, broken-overflow, broken-gemm\n"
-    "  --op: only these ops' cases\n";
+    "  --op: only these ops' cases; --light: skip the heavy cases (their coverage is in lighter ones)\n";
 
 /* --op's list: ops selected[i] for op index i (all when no --op was given). */
 static int op_selected[64];
@@ -95,11 +99,13 @@ int main(int argc, char **argv)
     const char *name_a = "cpu", *name_b = "cpu", *only = NULL;
     char expect_op[64] = "";
     int expect_kind = 0; /* 0: any failure kind */
+    int light = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--backend-a") == 0 && v) name_a = v, i++;
         else if (strcmp(argv[i], "--backend-b") == 0 && v) name_b = v, i++;
         else if (strcmp(argv[i], "--op") == 0 && v) only = v, i++;
+        else if (strcmp(argv[i], "--light") == 0) light = 1;
         else if (strcmp(argv[i], "--expect-fail") == 0 && v && strlen(v) < sizeof expect_op) {
             strcpy(expect_op, v), i++;
             char *colon = strchr(expect_op, ':');
@@ -156,6 +162,11 @@ int main(int argc, char **argv)
         const hx_case *c = &suite.cases[i];
         if (!selected(c->op)) continue;
         const char *dn = c->dtype == MOE_DTYPE_FP64 ? "f64" : "f32";
+        if (light && c->heavy) {
+            skipped++;
+            printf("%-19s %s  %-58s %-17s skip: heavy (runs without --light)\n", c->op, dn, c->shape, "");
+            continue;
+        }
         hx_result r;
         const double tc = now_s();
         hx_run_case(&a, &b, c, &r);
@@ -181,9 +192,10 @@ int main(int argc, char **argv)
     for (int o = 0; o < hx_ops_count; o++) {
         if (!selected(hx_ops[o].name)) continue;
         for (int d = 0; d < 2; d++) {
-            int n = 0;
+            int n = 0; /* a light run needs a light case of every op too */
             for (int i = 0; i < suite.n; i++)
-                n += strcmp(suite.cases[i].op, hx_ops[o].name) == 0 && suite.cases[i].dtype == dtypes[d];
+                n += strcmp(suite.cases[i].op, hx_ops[o].name) == 0 && suite.cases[i].dtype == dtypes[d] &&
+                     !(light && suite.cases[i].heavy);
             if (n == 0) {
                 printf("coverage: no case of %s for the %s table\n", hx_ops[o].name, d ? "f64" : "f32");
                 gaps++;
