@@ -276,6 +276,9 @@ static void bias_update_case(hx_suite *s, int32_t dt, int32_t E, const int64_t *
 /* The last case added must fail with MOE_ERR_INVALID_ARGUMENT on both backends. */
 static void expect_invalid(hx_suite *s) { s->cases[s->n - 1].expect = MOE_ERR_INVALID_ARGUMENT; }
 
+/* The last case added is heavy (harness.h: --light runs skip it; what it covers, lighter cases do). */
+static void heavy(hx_suite *s) { s->cases[s->n - 1].heavy = 1; }
+
 void hx_cases_route(hx_suite *s, int32_t dt)
 {
     enum { SM = MOE_SCORE_SOFTMAX, PRE = MOE_SCORE_SOFTMAX_PRE_TOPK, SIG = MOE_SCORE_SIGMOID,
@@ -328,6 +331,7 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     for (int32_t sf = SM; sf <= SSP; sf++) aux_bwd_case(s, dt, sf, 8, 33, 33, L_RANDOM, 0);
     aux_bwd_case(s, dt, SIG, 12, 99, 33, L_RANDOM, 0);
     aux_bwd_case(s, dt, SM, 8, 600, 300, L_RANDOM, 0);
+    heavy(s); /* many tokens only: several sequences are T=99 S=33's (aux_bwd has no chunks) */
     aux_bwd_case(s, dt, SM, 8, 0, 0, L_RANDOM, 0);
 
     /* z-loss: large logits (lse far from 0), several chunks, T = 0 (sum = 0 is written), E = 1 */
@@ -392,6 +396,7 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     route_bwd_case(s, dt, PRE, 1100, 3, 0, 0, 3, 0.5, L_LARGE, 0);
     aux_stats_case(s, dt, SM, 100, 6, 20, 10, L_RANDOM);
     aux_stats_case(s, dt, SIG, 300, 8, 600, 300, L_RANDOM);
+    heavy(s); /* wide rows: also E=300 T=20 S=10 (below); several chunks: the E=8 T=600 cases */
     aux_stats_case(s, dt, PRE, 1100, 3, 6, 3, L_RANDOM);
     aux_stats_case(s, dt, SSP, 4, 4, 40, 20, L_TIES);
     aux_stats_case(s, dt, SM, 16, 4, 33, 33, L_NAN);
@@ -446,4 +451,7 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     aux_bwd_case(s, dt, SIG, 12, 66, 33, L_SAT, 1);
     aux_bwd_case(s, dt, SSP, 12, 33, 33, L_SAT, 1);
     aux_bwd_case(s, dt, PRE, 300, 6, 3, L_LARGE, 1);
+
+    /* the light stand-in of the heavy aux_stats E=300 T=600 case: a row of 257..512 experts */
+    aux_stats_case(s, dt, SIG, 300, 8, 20, 10, L_RANDOM);
 }
