@@ -368,7 +368,7 @@ START_TEST(test_zloss_bwd_fd)
 }
 END_TEST
 
-/* ------------------------------------------------------------------ saturated scores (MATH.md §9) */
+/* ------------------------------------------------------------------ saturated scores (docs/math.md §2.7, §9.1) */
 
 /* An independent reference for large logits, in long double with the cancellation-free forms:
  * sigma'(l) = sigma(l) sigma(-l); the softmax Jacobian-vector product s_j (g_j - sum_i s_i g_i)
@@ -493,7 +493,7 @@ static double worst_row_err(int64_t T, int E, const double *out, const double *r
 }
 
 /* route_bwd of the fp32 and fp64 tables at large logits (|l| up to 30) against the reference:
- * relative error per token < 1e-5 (fp32, MATH.md §9) and < 1e-12 (fp64). */
+ * relative error per token < 1e-5 (fp32, docs/math.md §9.1) and < 1e-12 (fp64). */
 START_TEST(test_route_bwd_saturated)
 {
     enum { T = 64, EMAX = 16, KMAX = 4 };
