@@ -217,7 +217,9 @@ static int32_t aux_stats(const moe_exec *ex, int32_t score_function, int32_t E, 
 /* ---- aux_bwd ---------------------------------------------------------------------------------- */
 
 /* dlogits [T,E] += J^T w, w[t,:] = coef[t/S,:]: dl_j = (w_j - sum_i w_i s^_i) g_j with
- * g_j = s^_j (softmax) or f'(l_j) / z. One warp per token; the row sums are warp sums in double. */
+ * g_j = s^_j (softmax) or f'(l_j) / z, in the stable form ((w_j - w_r) - sum_i s^_i (w_i - w_r)) g_j,
+ * r the first largest f, and sigma' = sigma(l) sigma(-l) (cpu_loss.c). One warp per token; the row
+ * sums are warp sums in double. */
 __global__ void __launch_bounds__(THREADS, 1)
     aux_bwd_kernel(int32_t sf, int32_t E, int64_t T, int64_t S, const float *logits, const double *coef, float *dlogits)
 {
@@ -234,18 +236,33 @@ __global__ void __launch_bounds__(THREADS, 1)
             mx = warp_max(mx);
             m = is_nan(l[0]) ? l[0] : mx;
         }
-        double z = 0, dot = 0;
-        for (int e = lane; e < E; e += 32) z += (double)aux_f(sf, l[e], m);
+        double z = 0, q = 0;
+        /* r: the first index of the largest f (lane-wise first, then the lowest index of the maxima);
+         * with a NaN anywhere every output is NaN whichever r this picks */
+        float fr = -INFINITY;
+        int r = E;
+        for (int e = lane; e < E; e += 32) {
+            float f = aux_f(sf, l[e], m);
+            z += (double)f;
+            if (r == E || f > fr) fr = f, r = e;
+        }
         z = warp_sum(z);
-        for (int e = lane; e < E; e += 32) dot += w[e] * ((double)aux_f(sf, l[e], m) / z);
-        dot = warp_sum(dot);
+        for (int o = 16; o > 0; o >>= 1) {
+            float uf = __shfl_xor_sync(FULL, fr, o);
+            int ur = __shfl_xor_sync(FULL, r, o);
+            if (ur < E && (r == E || uf > fr || (uf == fr && ur < r))) fr = uf, r = ur;
+        }
+        if (r == E) r = 0;
+        const double wr = w[r];
+        for (int e = lane; e < E; e += 32) q += ((double)aux_f(sf, l[e], m) / z) * (w[e] - wr);
+        q = warp_sum(q);
         for (int e = lane; e < E; e += 32) {
             float f = aux_f(sf, l[e], m);
             double g;
             if (is_softmax(sf)) g = (double)f / z;
-            else if (sf == MOE_SCORE_SIGMOID) g = (double)(f * (1.0f - f)) / z;
+            else if (sf == MOE_SCORE_SIGMOID) g = (double)f * (double)sigmoid_f(-l[e]) / z;
             else g = f == 0.0f ? 0.0 : (double)(sigmoid_f(l[e]) / (2.0f * f)) / z;
-            dl[e] += (float)((w[e] - dot) * g);
+            dl[e] += (float)(((w[e] - wr) - q) * g);
         }
     }
 }
@@ -417,9 +434,9 @@ __global__ void __launch_bounds__(THREADS, 1)
             l += c * score_sums[i];
         }
     } else {
-        const double S = (double)p.T / (double)p.B;
+        const double S = (double)p.T / (double)p.B; /* T = 0: S = 0, the loss is 0 (cpu_balance.c) */
         for (int64_t i = tid; i < p.B * E; i += THREADS) {
-            double c = alpha * dE * (double)counts[i] / (K * S * S * (double)p.B);
+            double c = S > 0 ? alpha * dE * (double)counts[i] / (K * S * S * (double)p.B) : 0.0;
             coef[i] = c * scale;
             l += c * score_sums[i];
         }

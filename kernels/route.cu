@@ -307,11 +307,12 @@ static int32_t route_fwd(const moe_exec *ex, const moe_route_params *rp, int64_t
 
 /* ---- route_bwd -------------------------------------------------------------------------------- */
 
-/* d s / d l of the element-wise score functions given s = f(x) (cpu_route.c: score_deriv) */
-__device__ __forceinline__ float score_deriv(int32_t sf, float x, float s)
+/* d s / d l of the element-wise score functions given s = f(x) (cpu_route.c: score_deriv):
+ * sigma' = sigma(x) sigma(-x), never s (1 - s), which cancels for x >~ 10 */
+__device__ __forceinline__ double score_deriv(int32_t sf, float x, float s)
 {
-    if (sf == MOE_SCORE_SIGMOID) return s * (1.0f - s);
-    return s == 0.0f ? 0.0f : sigmoid_f(x) / (2.0f * s);
+    if (sf == MOE_SCORE_SIGMOID) return (double)s * (double)sigmoid_f(-x);
+    return s == 0.0f ? 0.0 : (double)(sigmoid_f(x) / (2.0f * s));
 }
 
 /* softmax and the sigmoid functions: one thread per token over its K selections. Selections
@@ -329,35 +330,49 @@ __global__ void __launch_bounds__(THREADS, 1)
         float *dl = dlogits + t * E;
         auto ok = [&](int k) { return it[k] >= 0 && it[k] < E; };
         if (sf == MOE_SCORE_SOFTMAX) {
-            /* p = softmax over the selected logits: dl_j = p_j (dp_j - sum_i p_i dp_i) */
-            float m = 0.0f;
-            bool first = true;
+            /* p = softmax over the selected logits: dl_j = p_j ((dp_j - dp_r) - sum_i p_i (dp_i - dp_r)),
+             * p_r the largest (the stable form of p_j (dp_j - sum_i p_i dp_i); cpu_route.c) */
+            int r = -1;
             for (int k = 0; k < K; k++)
-                if (ok(k) && (first || l[it[k]] > m)) m = l[it[k]], first = false;
-            double z = 0, dot = 0;
+                if (ok(k) && (r < 0 || l[it[k]] > l[it[r]])) r = k;
+            if (r < 0) continue;
+            const float m = l[it[r]];
+            const double dpr = (double)dp[r];
+            double z = 0, q = 0;
             for (int k = 0; k < K; k++)
                 if (ok(k)) z += (double)expf(l[it[k]] - m);
             for (int k = 0; k < K; k++)
-                if (ok(k)) dot += (double)expf(l[it[k]] - m) / z * (double)dp[k];
+                if (ok(k)) q += (double)expf(l[it[k]] - m) / z * ((double)dp[k] - dpr);
             for (int k = 0; k < K; k++)
                 if (ok(k)) {
                     double pk = (double)expf(l[it[k]] - m) / z;
-                    dl[it[k]] += (float)(gamma * pk * ((double)dp[k] - dot));
+                    dl[it[k]] += (float)(gamma * pk * (((double)dp[k] - dpr) - q));
                 }
         } else {
-            /* p_i = s_i / Z (K > 1), Z = sum_sel s + 1e-20: ds_j = dp_j / Z - (sum_i dp_i s_i) / Z^2 */
-            double z = 1e-20, dot = 0;
+            /* p_i = s_i / Z (K > 1), Z = sum_sel s + 1e-20: ds_j = dp_j / Z - (sum_i dp_i s_i) / Z^2 in the
+             * stable form ((dp_j - dp_r) Z - q + 1e-20 dp_r) / Z^2, q = sum_i s_i (dp_i - dp_r), s_r the
+             * largest (cpu_route.c) */
+            int r = -1;
+            float sr = 0.0f;
+            for (int k = 0; k < K; k++)
+                if (ok(k)) {
+                    float s = elem_score(sf, l[it[k]]);
+                    if (r < 0 || s > sr) r = k, sr = s;
+                }
+            if (r < 0) continue;
+            const double dpr = (double)dp[r];
+            double z = 1e-20, q = 0;
             for (int k = 0; k < K; k++)
                 if (ok(k)) {
                     float s = elem_score(sf, l[it[k]]);
                     z += (double)s;
-                    dot += (double)dp[k] * (double)s;
+                    q += (double)s * ((double)dp[k] - dpr);
                 }
             for (int k = 0; k < K; k++)
                 if (ok(k)) {
                     float x = l[it[k]], s = elem_score(sf, x);
-                    double ds = K > 1 ? (double)dp[k] / z - dot / (z * z) : (double)dp[k];
-                    dl[it[k]] += (float)(gamma * ds * (double)score_deriv(sf, x, s));
+                    double ds = K > 1 ? (((double)dp[k] - dpr) * z - q + 1e-20 * dpr) / (z * z) : (double)dp[k];
+                    dl[it[k]] += (float)(gamma * ds * score_deriv(sf, x, s));
                 }
         }
     }
@@ -365,7 +380,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 /* pre_softmax: p_i = s_i with s = softmax over all E: dl_j = s_j ([j selected] dp_j - sum_i dp_i s_i).
  * One warp per token: the row term first, then (after a warp barrier, as the CPU adds them in this
- * order) the selected term. */
+ * order) the selected term. The row's largest score s_r (r: its first index), when selected, gets
+ * s_r (dp_r (1 - s_r) - sum_{i != r} dp_i s_i) in one addition instead, with 1 - s_r = the other
+ * exp(l_e - m) summed over z (cpu_route.c: s_r may round to 1, where the plain form cancels). */
 __global__ void __launch_bounds__(THREADS, 1)
     route_bwd_pre(RouteP p, int64_t T, const float *logits, const int32_t *idx, const float *dprobs, float *dlogits)
 {
@@ -382,18 +399,57 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (l[e] > mx) mx = l[e];
         mx = warp_max(mx);
         const float m = is_nan(l[0]) ? l[0] : mx;
-        double z = 0;
-        for (int e = lane; e < E; e += 32) z += (double)expf(l[e] - m);
+        /* r: the first index of the max (0 when l[0] is NaN, as the CPU) */
+        int ri = E;
+        if (is_nan(l[0])) ri = 0;
+        else
+            for (int e = lane; e < E; e += 32)
+                if (l[e] == m) {
+                    ri = e;
+                    break;
+                }
+        for (int o = 16; o > 0; o >>= 1) {
+            int u = __shfl_xor_sync(FULL, ri, o);
+            ri = u < ri ? u : ri;
+        }
+        const int r = ri < E ? ri : 0;
+        double z = 0, zr = 0;
+        for (int e = lane; e < E; e += 32) {
+            double f = (double)expf(l[e] - m);
+            z += f;
+            if (e != r) zr += f;
+        }
         z = warp_sum(z);
+        zr = warp_sum(zr);
+        const double rest = zr / z;
         auto soft = [&](int e) { return (float)((double)expf(l[e] - m) / z); };
-        double dot = 0;
+        /* kr: the first selection of r (K: none) */
+        int kr = K;
         for (int k = lane; k < K; k += 32)
-            if (it[k] >= 0 && it[k] < E) dot += (double)dp[k] * (double)soft(it[k]);
+            if (it[k] == r) {
+                kr = k;
+                break;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            int u = __shfl_xor_sync(FULL, kr, o);
+            kr = u < kr ? u : kr;
+        }
+        double dot = 0, other = 0;
+        for (int k = lane; k < K; k += 32)
+            if (it[k] >= 0 && it[k] < E) {
+                double v = (double)dp[k] * (double)soft(it[k]);
+                dot += v;
+                if (k != kr) other += v;
+            }
         dot = warp_sum(dot);
-        for (int e = lane; e < E; e += 32) dl[e] += (float)(-gamma * (double)soft(e) * dot);
+        other = warp_sum(other);
+        for (int e = lane; e < E; e += 32)
+            if (e != r || kr == K) dl[e] += (float)(-gamma * (double)soft(e) * dot);
         __syncwarp();
-        for (int k = lane; k < K; k += 32)
-            if (it[k] >= 0 && it[k] < E) dl[it[k]] += (float)(gamma * (double)dp[k] * (double)soft(it[k]));
+        for (int k = lane; k < K; k += 32) {
+            if (k == kr) dl[r] += (float)(gamma * (double)soft(r) * ((double)dp[k] * rest - other));
+            else if (it[k] >= 0 && it[k] < E) dl[it[k]] += (float)(gamma * (double)dp[k] * (double)soft(it[k]));
+        }
     }
 }
 

@@ -215,7 +215,8 @@ typedef struct moe_ops {
      * group_tokens [1] int64 (= T when the group is this rank): coef [B,E] (=) = scale * dL_aux/ds^,
      * loss [1] (=) = L_aux (without scale). MOE_AUX_GLOBAL uses (and with update_global first adds
      * this micro-batch to) the running state global [E+2] = counts summed over the micro-batches,
-     * their token total, their number. */
+     * their token total, their number. With no tokens (T = 0, or a group total of 0) the loss and
+     * every coefficient are 0 for every type (MOE_AUX_SEQUENCE is then called with B = 1). */
     int32_t (*aux_loss)(const moe_exec *ex, const moe_aux_params *ap, const int64_t *counts, const double *score_sums,
                         const int64_t *group_tokens, double *global, double *coef, double *loss);
     /* dst[i] += src[i] over n int64 (the expert-bias token counts). */

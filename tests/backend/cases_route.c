@@ -2,18 +2,20 @@
  * Cases of the routing and loss family (docs/math.md §2-§3): route_fwd, route_bwd, aux_stats, aux_bwd,
  * zloss_fwd, zloss_bwd, aux_loss, count_add, bias_update.
  *
- * Logits come in four kinds: random, quantised to quarters (many exact ties: the tie rules must
- * agree), large (saturated sigmoid scores, large logsumexp), and random with about one NaN in six
- * (NaN ranks below every number; the real outputs the NaNs reach must be NaN on both sides).
+ * Logits come in five kinds: random, quantised to quarters (many exact ties: the tie rules must
+ * agree), large (in [-40, 40]: saturated sigmoid scores and softmaxes, large logsumexp), saturated
+ * (all in [8, 30]: every sigmoid within rounding of 1), and random with about one NaN in six (NaN
+ * ranks below every number; the real outputs the NaNs reach must be NaN on both sides).
  * Selections given to the backward ops are route_fwd-like (K distinct experts per token); gradients
- * accumulate into random dlogits.
+ * accumulate into random dlogits, or into zeros for the large-logit cases that say so ("dl=0": the
+ * gradients there are as small as 1e-13, and only a zero start compares them at their own scale).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "harness.h"
 
-enum { L_RANDOM, L_TIES, L_LARGE, L_NAN };
+enum { L_RANDOM, L_TIES, L_LARGE, L_NAN, L_SAT };
 
 static const char *sf_name(int32_t sf)
 {
@@ -29,6 +31,7 @@ static void logits(hx_case *c, int slot, size_t n, int kind)
     for (size_t i = 0; i < n; i++) {
         if (kind == L_TIES) v[i] = (double)hx_int(&c->rng, -8, 9) / 4;
         else if (kind == L_LARGE) v[i] = hx_unif(&c->rng, -40, 40);
+        else if (kind == L_SAT) v[i] = hx_unif(&c->rng, 8, 30);
         else if (kind == L_NAN) v[i] = hx_int(&c->rng, 0, 6) == 0 ? NAN : hx_unif(&c->rng, -3, 3);
         else v[i] = hx_unif(&c->rng, -3, 3);
     }
@@ -38,7 +41,7 @@ static void logits(hx_case *c, int slot, size_t n, int kind)
 
 static const char *kind_name(int kind)
 {
-    return kind == L_TIES ? " ties" : kind == L_LARGE ? " large" : kind == L_NAN ? " nan" : "";
+    return kind == L_TIES ? " ties" : kind == L_LARGE ? " large" : kind == L_NAN ? " nan" : kind == L_SAT ? " saturated" : "";
 }
 
 /* ------------------------------------------------------------------------- route_fwd / bwd */
@@ -85,11 +88,12 @@ static void route_fwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     if (kind == L_NAN) hx_buf_nan_ok(c, RT_PROBS);
 }
 
+/* zero_dl: dlogits starts at 0 instead of random values */
 static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
-                           double gamma, int kind)
+                           double gamma, int kind, int zero_dl)
 {
-    hx_case *c = hx_case_new(s, "route_bwd", dt, call_route_bwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s",
-                             sf_name(sf), E, K, G, M, (long long)T, gamma, kind_name(kind));
+    hx_case *c = hx_case_new(s, "route_bwd", dt, call_route_bwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s%s",
+                             sf_name(sf), E, K, G, M, (long long)T, gamma, kind_name(kind), zero_dl ? " dl=0" : "");
     route_common(c, sf, E, K, G, M, T, gamma);
     logits(c, RB_LOGITS, (size_t)(T * E), kind);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(T * K + 1));
@@ -98,7 +102,8 @@ static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     hx_buf_set(c, RB_IDX, "idx", HX_I32, HX_IN, (size_t)(T * K), idx);
     free(idx);
     hx_real_rand(c, RB_DPROBS, "dprobs", HX_IN, (size_t)(T * K), -1, 1);
-    hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
+    if (zero_dl) hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), 0, 0); /* += */
+    else hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1);       /* += */
 }
 
 /* ------------------------------------------------------------------------- aux statistics */
@@ -138,20 +143,22 @@ static void aux_stats_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     if (kind == L_NAN) hx_buf_nan_ok(c, AX_SUMS);
 }
 
-static void aux_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int64_t T, int64_t S)
+/* zero_dl: dlogits starts at 0 instead of random values */
+static void aux_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int64_t T, int64_t S, int kind, int zero_dl)
 {
-    hx_case *c = hx_case_new(s, "aux_bwd", dt, call_aux_bwd, "%s E=%d T=%lld S=%lld", sf_name(sf), E, (long long)T,
-                             (long long)S);
+    hx_case *c = hx_case_new(s, "aux_bwd", dt, call_aux_bwd, "%s E=%d T=%lld S=%lld%s%s", sf_name(sf), E, (long long)T,
+                             (long long)S, kind_name(kind), zero_dl ? " dl=0" : "");
     aux_args *a = hx_case_args(c, sizeof *a);
     a->sf = sf, a->E = E, a->T = T, a->S = S;
     const int64_t B = S > 0 ? T / S : 0;
-    logits(c, AB_LOGITS, (size_t)(T * E), L_RANDOM);
+    logits(c, AB_LOGITS, (size_t)(T * E), kind);
     double *coef = malloc(sizeof(double) * (size_t)(B * E + 1));
     if (!coef) hx_die("out of memory");
     for (int64_t i = 0; i < B * E; i++) coef[i] = hx_unif(&c->rng, -0.05, 0.05);
     hx_buf_set(c, AB_COEF, "coef", HX_F64, HX_IN, (size_t)(B * E), coef);
     free(coef);
-    hx_real_rand(c, AB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1); /* += */
+    if (zero_dl) hx_real_rand(c, AB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), 0, 0); /* += */
+    else hx_real_rand(c, AB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1);       /* += */
 }
 
 /* ------------------------------------------------------------------------- z-loss */
@@ -269,6 +276,9 @@ static void bias_update_case(hx_suite *s, int32_t dt, int32_t E, const int64_t *
 /* The last case added must fail with MOE_ERR_INVALID_ARGUMENT on both backends. */
 static void expect_invalid(hx_suite *s) { s->cases[s->n - 1].expect = MOE_ERR_INVALID_ARGUMENT; }
 
+/* The last case added is heavy (harness.h: --light runs skip it; what it covers, lighter cases do). */
+static void heavy(hx_suite *s) { s->cases[s->n - 1].heavy = 1; }
+
 void hx_cases_route(hx_suite *s, int32_t dt)
 {
     enum { SM = MOE_SCORE_SOFTMAX, PRE = MOE_SCORE_SOFTMAX_PRE_TOPK, SIG = MOE_SCORE_SIGMOID,
@@ -299,15 +309,15 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     route_fwd_case(s, dt, SSP, 9, 3, 0, 0, 64, 1.0, 0, L_TIES);
 
     /* route_bwd: every score function, K = 1 where allowed, scaling, T = 0 and 1, group params */
-    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, SM, 64, 8, 0, 0, 127, 2.5, L_RANDOM);
-    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 0, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, PRE, 8, 1, 0, 0, 33, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, PRE, 16, 4, 4, 2, 33, 1.0, L_TIES);
-    route_bwd_case(s, dt, SIG, 8, 1, 0, 0, 33, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, SIG, 12, 3, 0, 0, 127, 0.5, L_LARGE);
-    route_bwd_case(s, dt, SSP, 12, 2, 0, 0, 33, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, SSP, 6, 1, 0, 0, 1, 1.0, L_RANDOM);
+    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, SM, 64, 8, 0, 0, 127, 2.5, L_RANDOM, 0);
+    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 0, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, PRE, 8, 1, 0, 0, 33, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, PRE, 16, 4, 4, 2, 33, 1.0, L_TIES, 0);
+    route_bwd_case(s, dt, SIG, 8, 1, 0, 0, 33, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, SIG, 12, 3, 0, 0, 127, 0.5, L_LARGE, 0);
+    route_bwd_case(s, dt, SSP, 12, 2, 0, 0, 33, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, SSP, 6, 1, 0, 0, 1, 1.0, L_RANDOM, 0);
 
     /* aux_stats / aux_bwd: every score function, switch (S = T) and sequences, several chunks of
      * 256 tokens per sequence, T = 0 (B = 0), T = 1, ties */
@@ -318,10 +328,11 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     aux_stats_case(s, dt, SM, 8, 2, 0, 0, L_RANDOM);
     aux_stats_case(s, dt, SSP, 4, 1, 1, 1, L_RANDOM);
     aux_stats_case(s, dt, SM, 16, 4, 64, 16, L_TIES);
-    for (int32_t sf = SM; sf <= SSP; sf++) aux_bwd_case(s, dt, sf, 8, 33, 33);
-    aux_bwd_case(s, dt, SIG, 12, 99, 33);
-    aux_bwd_case(s, dt, SM, 8, 600, 300);
-    aux_bwd_case(s, dt, SM, 8, 0, 0);
+    for (int32_t sf = SM; sf <= SSP; sf++) aux_bwd_case(s, dt, sf, 8, 33, 33, L_RANDOM, 0);
+    aux_bwd_case(s, dt, SIG, 12, 99, 33, L_RANDOM, 0);
+    aux_bwd_case(s, dt, SM, 8, 600, 300, L_RANDOM, 0);
+    heavy(s); /* many tokens only: several sequences are T=99 S=33's (aux_bwd has no chunks) */
+    aux_bwd_case(s, dt, SM, 8, 0, 0, L_RANDOM, 0);
 
     /* z-loss: large logits (lse far from 0), several chunks, T = 0 (sum = 0 is written), E = 1 */
     zloss_case(s, dt, 0, 8, 33, 0, L_RANDOM);
@@ -379,17 +390,18 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     route_fwd_case(s, dt, SIG, 40, 6, 0, 0, 33, 1.0, 1, L_NAN);
     route_fwd_case(s, dt, SSP, 12, 3, 3, 2, 33, 1.0, 0, L_NAN);
     route_fwd_case(s, dt, SIG, 1100, 4, 0, 0, 3, 1.0, 0, L_NAN);
-    route_bwd_case(s, dt, PRE, 300, 5, 0, 0, 7, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, SM, 256, 8, 8, 4, 9, 2.5, L_RANDOM);
-    route_bwd_case(s, dt, SIG, 2048, 8, 0, 0, 3, 1.0, L_RANDOM);
-    route_bwd_case(s, dt, PRE, 1100, 3, 0, 0, 3, 0.5, L_LARGE);
+    route_bwd_case(s, dt, PRE, 300, 5, 0, 0, 7, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, SM, 256, 8, 8, 4, 9, 2.5, L_RANDOM, 0);
+    route_bwd_case(s, dt, SIG, 2048, 8, 0, 0, 3, 1.0, L_RANDOM, 0);
+    route_bwd_case(s, dt, PRE, 1100, 3, 0, 0, 3, 0.5, L_LARGE, 0);
     aux_stats_case(s, dt, SM, 100, 6, 20, 10, L_RANDOM);
     aux_stats_case(s, dt, SIG, 300, 8, 600, 300, L_RANDOM);
+    heavy(s); /* wide rows: also E=300 T=20 S=10 (below); several chunks: the E=8 T=600 cases */
     aux_stats_case(s, dt, PRE, 1100, 3, 6, 3, L_RANDOM);
     aux_stats_case(s, dt, SSP, 4, 4, 40, 20, L_TIES);
     aux_stats_case(s, dt, SM, 16, 4, 33, 33, L_NAN);
-    aux_bwd_case(s, dt, SSP, 300, 20, 10);
-    aux_bwd_case(s, dt, PRE, 1100, 6, 3);
+    aux_bwd_case(s, dt, SSP, 300, 20, 10, L_RANDOM, 0);
+    aux_bwd_case(s, dt, PRE, 1100, 6, 3, L_RANDOM, 0);
     zloss_case(s, dt, 0, 300, 513, 0, L_RANDOM);
     zloss_case(s, dt, 0, 1100, 3, 0, L_LARGE);
     zloss_case(s, dt, 0, 16, 33, 0, L_NAN);
@@ -401,6 +413,8 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     aux_loss_case(s, dt, MOE_AUX_SWITCH, 300, 8, 1, 600, 600, 0, 0);
     count_add_case(s, dt, 70000);
     bias_update_case(s, dt, 300, NULL, 1e-3, "random");
+    /* no tokens with the sequence loss: the core passes B = 1, S = T / B = 0; loss and coef are 0 */
+    aux_loss_case(s, dt, MOE_AUX_SEQUENCE, 8, 2, 1, 0, 0, 0, 0);
 
     /* Invalid arguments: the same status from every backend, nothing written. */
     route_fwd_case(s, dt, SM, 4, 5, 0, 0, 3, 1.0, 0, L_RANDOM); /* K > E */
@@ -409,15 +423,35 @@ void hx_cases_route(hx_suite *s, int32_t dt)
     expect_invalid(s);
     route_fwd_case(s, dt, SIG, 16, 6, 4, 1, 3, 1.0, 0, L_RANDOM); /* K > M * E / G */
     expect_invalid(s);
-    route_bwd_case(s, dt, PRE, 8, 2, 4, 5, 3, 1.0, L_RANDOM); /* M > G */
+    route_bwd_case(s, dt, PRE, 8, 2, 4, 5, 3, 1.0, L_RANDOM, 0); /* M > G */
     expect_invalid(s);
     aux_stats_case(s, dt, SM, 8, 2, 33, 10, L_RANDOM); /* T % S != 0 */
     expect_invalid(s);
     aux_stats_case(s, dt, SIG, 4, 5, 8, 8, L_RANDOM); /* K > E */
     expect_invalid(s);
-    aux_bwd_case(s, dt, SM, 8, 33, 10); /* T % S != 0 */
+    aux_bwd_case(s, dt, SM, 8, 33, 10, L_RANDOM, 0); /* T % S != 0 */
     expect_invalid(s);
     aux_loss_case(s, dt, MOE_AUX_NONE, 8, 2, 1, 33, 33, 0, 0);
     expect_invalid(s);
     bias_update_case(s, dt, 4, c4, -1e-3, "negative rate"); /* valid: the sign flips */
+
+    /* Large logits in every backward path (appended: the seeds above stay): saturated sigmoids
+     * (sigma' = sigma(l) sigma(-l)), softmaxes within rounding of one-hot, one score dominating the
+     * sigmoid normaliser; gradients into zeros so they are compared at their own scale. */
+    route_bwd_case(s, dt, SM, 8, 2, 0, 0, 33, 1.0, L_LARGE, 1);
+    route_bwd_case(s, dt, SM, 64, 8, 0, 0, 33, 2.5, L_LARGE, 1);
+    route_bwd_case(s, dt, PRE, 16, 3, 0, 0, 33, 1.5, L_LARGE, 1);
+    route_bwd_case(s, dt, PRE, 300, 4, 0, 0, 7, 1.0, L_LARGE, 1);
+    route_bwd_case(s, dt, SIG, 8, 1, 0, 0, 33, 1.0, L_SAT, 1);
+    route_bwd_case(s, dt, SIG, 16, 4, 0, 0, 33, 2.5, L_SAT, 1);
+    route_bwd_case(s, dt, SIG, 12, 3, 0, 0, 33, 1.0, L_LARGE, 1);
+    route_bwd_case(s, dt, SSP, 12, 3, 0, 0, 33, 1.0, L_LARGE, 1);
+    route_bwd_case(s, dt, SSP, 8, 1, 0, 0, 33, 1.0, L_SAT, 1);
+    for (int32_t sf = SM; sf <= SSP; sf++) aux_bwd_case(s, dt, sf, 12, 33, 33, L_LARGE, 1);
+    aux_bwd_case(s, dt, SIG, 12, 66, 33, L_SAT, 1);
+    aux_bwd_case(s, dt, SSP, 12, 33, 33, L_SAT, 1);
+    aux_bwd_case(s, dt, PRE, 300, 6, 3, L_LARGE, 1);
+
+    /* the light stand-in of the heavy aux_stats E=300 T=600 case: a row of 257..512 experts */
+    aux_stats_case(s, dt, SIG, 300, 8, 20, 10, L_RANDOM);
 }

@@ -68,6 +68,9 @@ struct hx_case {
                          * so B may return MOE_OK instead; either way it must keep every guard and
                          * input intact (never write outside the outputs). A (the reference) must
                          * still return expect. */
+    int heavy;          /* 1: among the largest inputs, every shape class / edge case of which a lighter
+                         * case of the op covers too; `--light` runs skip it (the simulator under
+                         * sanitizers, where it costs minutes), the Release run keeps it */
     hx_rng rng;         /* seeded from (op, dtype, ordinal): adding cases elsewhere changes nothing here */
     hx_buf buf[HX_MAX_BUFS];
 };

@@ -1,17 +1,23 @@
 /*
  * test_backend_ops: runs every case of every op on backend A and backend B and compares.
  *
- *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]
+ *   test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME[,NAME...]] [--expect-fail OP[:KIND]]
+ *                    [--light]
  *
  * NAME: a backend of this build by its name ("cpu", later "cuda"); "guarded-cpu", the CPU backend
  * whose device memory faults when touched outside backend entries (tests/unit/guarded_backend.c:
  * run as B it proves the harness reaches device memory only through the backend); or one of the
  * self-test's broken copies of the CPU backend (broken-permute, broken-unpermute, broken-overflow,
  * broken-gemm).
- * One line per case, then "backend-ops: N passed, M failed, S skipped" and "N passed, M failed".
+ * One line per case (with its time), then "backend-ops: N passed, M failed, S skipped" and
+ * "N passed, M failed". --op runs the cases of the named ops only.
  * --expect-fail turns the run into the harness's self-test: it passes only if some case of OP
- * failed (with KIND: guard, value, status, input, if given) and every case of every other op passed;
- * the last line then counts the ops whose outcome was as expected.
+ * failed (with KIND: guard, value, status, input, if given) and every case of every other op (of
+ * --op's, when given: OP must be one of them) passed; the last line then counts the ops whose
+ * outcome was as expected.
+ * --light skips the cases marked heavy (hx_case.heavy: the largest inputs, whose every shape class,
+ * edge case and format is also in a smaller case); the sanitizer build's simulator run uses it, the
+ * Release run keeps them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +31,32 @@
 #include "harness.h"
 
 static const char *usage =
-    "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME] [--expect-fail OP[:KIND]]\n"
+    "usage: test_backend_ops [--backend-a NAME] [--backend-b NAME] [--op NAME[,NAME...]]\n"
+    "                        [--expect-fail OP[:KIND]] [--light]\n"
     "  NAME: cpu (or another backend of this build), guarded-cpu, sim (the CUDA kernels in the\n"
     "        kernel simulator, where built), sim-planted-nosync, sim-planted-offbyone (the simulator\n"
     "        with a planted kernel bug), broken-permute,\n"
-    "        broken-unpermute, broken-overflow, broken-gemm\n";
+    "        broken-unpermute, broken-overflow, broken-gemm\n"
+    "  --op: only these ops' cases; --light: skip the heavy cases (their coverage is in lighter ones)\n";
+
+/* --op's list: ops selected[i] for op index i (all when no --op was given). */
+static int op_selected[64];
+static int any_selection;
+static int selected(const char *op) { return !any_selection || op_selected[hx_op_index(op)]; }
+
+/* Parses "a,b,c" into op_selected; dies on an unknown name. */
+static void select_ops(const char *list)
+{
+    char buf[512];
+    if (strlen(list) >= sizeof buf) hx_die("--op: list too long");
+    strcpy(buf, list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        const int i = hx_op_index(tok);
+        if (i < 0) hx_die("--op %s: not an op of moe_ops", tok);
+        op_selected[i] = 1;
+    }
+    any_selection = 1;
+}
 
 /* A backend of this build by name, the guarded CPU backend, or a broken copy of the CPU backend. */
 static const moe_backend *find_backend(const char *name)
@@ -72,11 +99,13 @@ int main(int argc, char **argv)
     const char *name_a = "cpu", *name_b = "cpu", *only = NULL;
     char expect_op[64] = "";
     int expect_kind = 0; /* 0: any failure kind */
+    int light = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--backend-a") == 0 && v) name_a = v, i++;
         else if (strcmp(argv[i], "--backend-b") == 0 && v) name_b = v, i++;
         else if (strcmp(argv[i], "--op") == 0 && v) only = v, i++;
+        else if (strcmp(argv[i], "--light") == 0) light = 1;
         else if (strcmp(argv[i], "--expect-fail") == 0 && v && strlen(v) < sizeof expect_op) {
             strcpy(expect_op, v), i++;
             char *colon = strchr(expect_op, ':');
@@ -91,8 +120,10 @@ int main(int argc, char **argv)
     }
     if (!hx_ops_check()) return 2;
     if (hx_ops_count > 64) hx_die("more than 64 ops: enlarge the per-op tallies");
-    if (only && hx_op_index(only) < 0) hx_die("--op %s: not an op of moe_ops", only);
+    if (only) select_ops(only);
     if (expect_op[0] && hx_op_index(expect_op) < 0) hx_die("--expect-fail %s: not an op of moe_ops", expect_op);
+    /* the self-test must run the op it expects to fail: otherwise it could pass without a check */
+    if (expect_op[0] && !selected(expect_op)) hx_die("--expect-fail %s: not among --op %s", expect_op, only);
     /* the broken tables are static: one variant per process */
     if (hx_broken_backend(name_a, NULL) && hx_broken_backend(name_b, NULL) && strcmp(name_a, name_b) != 0)
         hx_die("A and B cannot be two different broken backends");
@@ -129,22 +160,29 @@ int main(int argc, char **argv)
     const double t0 = now_s();
     for (int i = 0; i < suite.n; i++) {
         const hx_case *c = &suite.cases[i];
-        if (only && strcmp(c->op, only) != 0) continue;
-        hx_result r;
-        hx_run_case(&a, &b, c, &r);
-        const int oi = hx_op_index(c->op);
+        if (!selected(c->op)) continue;
         const char *dn = c->dtype == MOE_DTYPE_FP64 ? "f64" : "f32";
+        if (light && c->heavy) {
+            skipped++;
+            printf("%-19s %s  %-58s %-17s skip: heavy (runs without --light)\n", c->op, dn, c->shape, "");
+            continue;
+        }
+        hx_result r;
+        const double tc = now_s();
+        hx_run_case(&a, &b, c, &r);
+        const double dt = now_s() - tc;
+        const int oi = hx_op_index(c->op);
         if (r.skipped) {
             skipped++;
             printf("%-19s %s  %-58s %-17s skip: %s\n", c->op, dn, c->shape, "", r.msg);
         } else if (r.fail == HX_OK) {
             passed++, op_pass[oi]++;
-            printf("%-19s %s  %-58s max_rel=%.2e  ok\n", c->op, dn, c->shape, r.max_rel);
+            printf("%-19s %s  %-58s max_rel=%.2e  ok  %.3f s\n", c->op, dn, c->shape, r.max_rel, dt);
         } else {
             failed++, op_fail[oi]++;
             op_kind_seen[oi] |= expect_kind == 0 || r.fail == expect_kind;
-            printf("%-19s %s  %-58s max_rel=%.2e  FAIL (%s): %s\n", c->op, dn, c->shape, r.max_rel,
-                   hx_fail_name(r.fail), r.msg);
+            printf("%-19s %s  %-58s max_rel=%.2e  FAIL (%s): %s  %.3f s\n", c->op, dn, c->shape, r.max_rel,
+                   hx_fail_name(r.fail), r.msg, dt);
         }
     }
     const double secs = now_s() - t0;
@@ -152,11 +190,12 @@ int main(int argc, char **argv)
     /* coverage: every op slot has a case for both tables (a gap counts as a failure) */
     int gaps = 0;
     for (int o = 0; o < hx_ops_count; o++) {
-        if (only && strcmp(hx_ops[o].name, only) != 0) continue;
+        if (!selected(hx_ops[o].name)) continue;
         for (int d = 0; d < 2; d++) {
-            int n = 0;
+            int n = 0; /* a light run needs a light case of every op too */
             for (int i = 0; i < suite.n; i++)
-                n += strcmp(suite.cases[i].op, hx_ops[o].name) == 0 && suite.cases[i].dtype == dtypes[d];
+                n += strcmp(suite.cases[i].op, hx_ops[o].name) == 0 && suite.cases[i].dtype == dtypes[d] &&
+                     !(light && suite.cases[i].heavy);
             if (n == 0) {
                 printf("coverage: no case of %s for the %s table\n", hx_ops[o].name, d ? "f64" : "f32");
                 gaps++;
@@ -175,7 +214,7 @@ int main(int argc, char **argv)
         /* self-test verdict per op: the broken op must fail (as KIND), every other op must pass */
         int ok_ops = 0, bad_ops = gaps;
         for (int o = 0; o < hx_ops_count; o++) {
-            if (only && strcmp(hx_ops[o].name, only) != 0) continue;
+            if (!selected(hx_ops[o].name)) continue;
             const int broken = strcmp(hx_ops[o].name, expect_op) == 0;
             const int good = broken ? op_fail[o] > 0 && op_kind_seen[o] : op_fail[o] == 0;
             if (broken || !good)

@@ -534,6 +534,40 @@ START_TEST(zero_tokens)
 }
 END_TEST
 
+/* docs/semantics.md: with T = 0 every loss is 0, for every aux-loss type (the sequence loss once
+ * divided 0 tokens by B = 1 sequence and squared S = 0: NaN) and every compute dtype; the router
+ * gradient stays 0. */
+START_TEST(zero_tokens_every_aux_type)
+{
+    const int32_t types[3] = {MOE_AUX_SWITCH, MOE_AUX_SEQUENCE, MOE_AUX_GLOBAL};
+    const int32_t dtypes[3] = {MOE_DTYPE_FP32, MOE_DTYPE_FP64, MOE_DTYPE_BF16};
+    for (int i = 0; i < 3; i++) {
+        for (int d = 0; d < 3; d++) {
+            moe_layer_config c = rich_config(dtypes[d]);
+            c.aux_loss_type = types[i];
+            c.seq_length = types[i] == MOE_AUX_SEQUENCE ? 4 : 0;
+            lu_layer l;
+            lu_create(&l, &c, 2);
+            double dummy[1] = {0};
+            moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, dummy, dummy, 0);
+            moe_routing_stats st = stats_of(s);
+            ck_assert_msg(st.aux_loss == 0 && st.z_loss == 0, "aux type %d, dtype %d: aux %g z %g", types[i],
+                          dtypes[d], st.aux_loss, st.z_loss);
+            backward(&l, s, dummy, dummy, 0);
+            int64_t n;
+            void *g = lu_param_ptr(&l, MOE_PARAM_ROUTER_WEIGHT, 1, &n);
+            for (int64_t k = 0; k < n; k++) {
+                double v = dtypes[d] == MOE_DTYPE_FP64 ? ((double *)g)[k] : (double)((float *)g)[k];
+                ck_assert_msg(v == 0.0, "aux type %d, dtype %d: router grad[%lld] = %g", types[i], dtypes[d],
+                              (long long)k, v);
+            }
+            moe_step_destroy(s);
+            lu_destroy(&l);
+        }
+    }
+}
+END_TEST
+
 START_TEST(two_phase_equals_full_and_grad_modes)
 {
     moe_layer_config c = rich_config(MOE_DTYPE_FP32);
@@ -611,6 +645,7 @@ int main(void)
     tcase_set_timeout(modes, 120);
     tcase_add_test(modes, bitwise_deterministic);
     tcase_add_test(modes, zero_tokens);
+    tcase_add_test(modes, zero_tokens_every_aux_type);
     tcase_add_test(modes, two_phase_equals_full_and_grad_modes);
     suite_add_tcase(s, modes);
     return tu_run_suite(s);

@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -367,6 +368,201 @@ START_TEST(test_zloss_bwd_fd)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ saturated scores (docs/math.md §2.7, §9.1) */
+
+/* An independent reference for large logits, in long double with the cancellation-free forms:
+ * sigma'(l) = sigma(l) sigma(-l); the softmax Jacobian-vector product s_j (g_j - sum_i s_i g_i)
+ * written as s_j ((g_j - g_r) - sum_i s_i (g_i - g_r)) with r the largest score (sum_i s_i = 1), so
+ * no 1 - s with s close to 1 is ever formed. */
+typedef long double ld;
+static ld ref_sigmoid(ld x) { return x >= 0 ? 1 / (1 + expl(-x)) : expl(x) / (1 + expl(x)); }
+static ld ref_softplus(ld x) { return (x > 0 ? x : 0) + log1pl(expl(-fabsl(x))); }
+
+/* s [n] (=) softmax of v [n]; returns the index of the largest entry (the first one) */
+static int ref_softmax(int n, const ld *v, ld *s)
+{
+    int r = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[r]) r = i;
+    ld z = 0;
+    for (int i = 0; i < n; i++) z += s[i] = expl(v[i] - v[r]);
+    for (int i = 0; i < n; i++) s[i] /= z;
+    return r;
+}
+
+/* out [n] (=) s_j ((g_j - g_r) - sum_i s_i (g_i - g_r)) */
+static void ref_softmax_jvp(int n, const ld *s, int r, const ld *g, ld *out)
+{
+    ld q = 0;
+    for (int i = 0; i < n; i++) q += s[i] * (g[i] - g[r]);
+    for (int j = 0; j < n; j++) out[j] = s[j] * ((g[j] - g[r]) - q);
+}
+
+/* dl [E] (=) the gradient of sum_k dp_k p_k of one token with the selection idx [K] */
+static void ref_route_bwd(const moe_route_params *rp, const double *l, const int32_t *idx, const double *dp,
+                          double *dl)
+{
+    enum { NMAX = 64 };
+    const int E = rp->num_experts, K = rp->top_k, sf = rp->score_function;
+    const ld gamma = rp->scaling_factor;
+    ld v[NMAX] = {0}, s[NMAX] = {0}, g[NMAX] = {0}, out[NMAX];
+    for (int e = 0; e < E; e++) dl[e] = 0;
+    if (sf == MOE_SCORE_SOFTMAX) {
+        for (int k = 0; k < K; k++) v[k] = l[idx[k]], g[k] = dp[k];
+        int r = ref_softmax(K, v, s);
+        ref_softmax_jvp(K, s, r, g, out);
+        for (int k = 0; k < K; k++) dl[idx[k]] = (double)(gamma * out[k]);
+    } else if (sf == MOE_SCORE_SOFTMAX_PRE_TOPK) {
+        for (int e = 0; e < E; e++) v[e] = l[e], g[e] = 0;
+        for (int k = 0; k < K; k++) g[idx[k]] = dp[k];
+        int r = ref_softmax(E, v, s);
+        ref_softmax_jvp(E, s, r, g, out);
+        for (int e = 0; e < E; e++) dl[e] = (double)(gamma * out[e]);
+    } else {
+        /* p_j = s_j / Z, Z = sum s + 1e-20 (K > 1): dp/ds_j = (sum_i s_i (dp_j - dp_i) + 1e-20 dp_j) / Z^2 */
+        ld z = 1e-20L;
+        for (int k = 0; k < K; k++) {
+            ld x = l[idx[k]];
+            s[k] = sf == MOE_SCORE_SIGMOID ? ref_sigmoid(x) : sqrtl(ref_softplus(x));
+            z += s[k];
+        }
+        for (int j = 0; j < K; j++) {
+            ld x = l[idx[j]], ds = dp[j];
+            if (K > 1) {
+                ld acc = 1e-20L * dp[j];
+                for (int i = 0; i < K; i++) acc += s[i] * ((ld)dp[j] - dp[i]);
+                ds = acc / (z * z);
+            }
+            ld deriv = sf == MOE_SCORE_SIGMOID ? ref_sigmoid(x) * ref_sigmoid(-x) : ref_sigmoid(x) / (2 * s[j]);
+            dl[idx[j]] = (double)(gamma * ds * deriv);
+        }
+    }
+}
+
+/* dl [E] (=) the gradient of sum_i w_i s^_i of one token (aux scores s^ = f / sum f) */
+static void ref_aux_bwd(int32_t sf, int E, const double *l, const double *w, double *dl)
+{
+    enum { NMAX = 64 };
+    ld f[NMAX], sh[NMAX] = {0}, g[NMAX] = {0}, out[NMAX], F = 0;
+    if (sf == MOE_SCORE_SOFTMAX || sf == MOE_SCORE_SOFTMAX_PRE_TOPK) {
+        ld v[NMAX] = {0};
+        for (int e = 0; e < E; e++) v[e] = l[e], g[e] = w[e];
+        ref_softmax_jvp(E, sh, ref_softmax(E, v, sh), g, out);
+        for (int e = 0; e < E; e++) dl[e] = (double)out[e];
+        return;
+    }
+    int r = 0;
+    for (int e = 0; e < E; e++) {
+        f[e] = sf == MOE_SCORE_SIGMOID ? ref_sigmoid(l[e]) : sqrtl(ref_softplus(l[e]));
+        F += f[e];
+        g[e] = w[e];
+        if (f[e] > f[r]) r = e;
+    }
+    for (int e = 0; e < E; e++) sh[e] = f[e] / F;
+    /* d s^_i / d l_j = (delta_ij - s^_i) f'_j / F: out_j = f'_j / F ((w_j - w_r) - sum_i s^_i (w_i - w_r)) */
+    ld q = 0;
+    for (int i = 0; i < E; i++) q += sh[i] * (g[i] - g[r]);
+    for (int j = 0; j < E; j++) {
+        ld x = l[j];
+        ld fp = sf == MOE_SCORE_SIGMOID ? ref_sigmoid(x) * ref_sigmoid(-x) : ref_sigmoid(x) / (2 * f[j]);
+        dl[j] = (double)(fp / F * ((g[j] - g[r]) - q));
+    }
+}
+
+/* Logits of one token row: 0 uniform in [-30, 30]; 1 saturated sigmoids, all in [8, 30]; 2 one
+ * dominant score (one logit in [0, 5], the rest in [-30, -10]); 3 moderate, in [-3, 3] (where the
+ * fp64 ops are known good: checks the reference itself). fp32-representable. */
+static void sat_row(int mode, int E, uint64_t seed, double *l)
+{
+    const double lo[4] = {-30, 8, -30, -3}, hi[4] = {30, 30, -10, 3};
+    float tmp[64];
+    tu_fill_uniform_f(tmp, (size_t)E, seed, lo[mode], hi[mode]);
+    if (mode == 2) tmp[seed % (uint64_t)E] = (float)(5.0 * (double)(seed % 7) / 6.0);
+    for (int e = 0; e < E; e++) l[e] = tmp[e];
+}
+
+/* Worst per-token relative error ||out - ref|| / ||ref|| */
+static double worst_row_err(int64_t T, int E, const double *out, const double *ref)
+{
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double rel = tu_rel_err_d(out + t * E, ref + t * E, (size_t)E);
+        if (!(rel <= worst)) worst = rel; /* NaN is the worst */
+    }
+    return worst;
+}
+
+/* route_bwd of the fp32 and fp64 tables at large logits (|l| up to 30) against the reference:
+ * relative error per token < 1e-5 (fp32, docs/math.md §9.1) and < 1e-12 (fp64). */
+START_TEST(test_route_bwd_saturated)
+{
+    enum { T = 64, EMAX = 16, KMAX = 4 };
+    static const struct { int32_t E, K, sf; double gamma; } cases[] = {
+        {8, 2, MOE_SCORE_SOFTMAX, 1.0},       {16, 4, MOE_SCORE_SOFTMAX, 2.5},     {8, 1, MOE_SCORE_SOFTMAX_PRE_TOPK, 1.0},
+        {16, 3, MOE_SCORE_SOFTMAX_PRE_TOPK, 1.5}, {8, 1, MOE_SCORE_SIGMOID, 1.0},  {16, 4, MOE_SCORE_SIGMOID, 2.5},
+        {8, 1, MOE_SCORE_SQRTSOFTPLUS, 1.0},  {12, 3, MOE_SCORE_SQRTSOFTPLUS, 1.0},
+    };
+    static double l[T * EMAX], dl64[T * EMAX], ref[T * EMAX], dpd[T * KMAX], p64[T * KMAX];
+    static float lf[T * EMAX], dlf[T * EMAX], dpf[T * KMAX];
+    static double dlf_d[T * EMAX];
+    static int32_t idx[T * KMAX];
+    char msg[2048] = "";
+    int nbad = 0, len = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int32_t E = cases[c].E, K = cases[c].K, sf = cases[c].sf;
+        moe_route_params rp = rp_make(E, K, sf, 0, 0, cases[c].gamma);
+        for (int mode = 0; mode < 4; mode++) {
+            for (int64_t t = 0; t < T; t++) sat_row(mode, E, 1000 * c + 100 * (uint64_t)mode + (uint64_t)t, l + t * E);
+            tu_fill_uniform_f(dpf, (size_t)(T * K), 31 + c, -1, 1);
+            for (int64_t i = 0; i < T * E; i++) lf[i] = (float)l[i], dlf[i] = 0.0f, dl64[i] = 0.0;
+            for (int64_t i = 0; i < T * K; i++) dpd[i] = dpf[i];
+            ck_assert_int_eq(cpu_route_fwd_f64(&EX1, &rp, T, l, NULL, idx, p64), MOE_OK);
+            ck_assert_int_eq(cpu_route_bwd_f64(&EX1, &rp, T, l, idx, dpd, dl64), MOE_OK);
+            ck_assert_int_eq(cpu_route_bwd_f32(&EX2, &rp, T, lf, idx, dpf, dlf), MOE_OK);
+            for (int64_t t = 0; t < T; t++) ref_route_bwd(&rp, l + t * E, idx + t * K, dpd + t * K, ref + t * E);
+            for (int64_t i = 0; i < T * E; i++) dlf_d[i] = dlf[i];
+            double e32 = worst_row_err(T, E, dlf_d, ref), e64 = worst_row_err(T, E, dl64, ref);
+            if (!(e32 < 1e-5 && e64 < 1e-12))
+                nbad++, len += snprintf(msg + len, sizeof msg - (size_t)len,
+                                        "\n  sf %d E %d K %d, logits mode %d: rel err fp32 %.3g, fp64 %.3g", sf, E, K,
+                                        mode, e32, e64);
+            if (len > (int)sizeof msg - 100) len = (int)sizeof msg - 100;
+        }
+    }
+    ck_assert_msg(nbad == 0, "route_bwd at large logits, %d of %d failed:%s", nbad,
+                  (int)(4 * sizeof cases / sizeof cases[0]), msg);
+}
+END_TEST
+
+/* aux_bwd likewise (score functions' aux scores s^ = f / sum f, one sequence) */
+START_TEST(test_aux_bwd_saturated)
+{
+    enum { T = 64, E = 12 };
+    static double l[T * E], dl64[T * E], ref[T * E], coef[E], dlf_d[T * E];
+    static float lf[T * E], dlf[T * E];
+    float cf[E];
+    char msg[1024] = "";
+    int nbad = 0, len = 0;
+    for (int32_t sf = 0; sf < 4; sf++) {
+        for (int mode = 0; mode < 4; mode++) {
+            for (int64_t t = 0; t < T; t++) sat_row(mode, E, 5000 + 100 * (uint64_t)(4 * sf + mode) + (uint64_t)t, l + t * E);
+            tu_fill_uniform_f(cf, E, 77 + (uint64_t)sf, -0.05, 0.05);
+            for (int e = 0; e < E; e++) coef[e] = cf[e];
+            for (int64_t i = 0; i < T * E; i++) lf[i] = (float)l[i], dlf[i] = 0.0f, dl64[i] = 0.0;
+            ck_assert_int_eq(cpu_aux_bwd_f64(&EX1, sf, E, T, T, l, coef, dl64), MOE_OK);
+            ck_assert_int_eq(cpu_aux_bwd_f32(&EX2, sf, E, T, T, lf, coef, dlf), MOE_OK);
+            for (int64_t t = 0; t < T; t++) ref_aux_bwd(sf, E, l + t * E, coef, ref + t * E);
+            for (int64_t i = 0; i < T * E; i++) dlf_d[i] = dlf[i];
+            double e32 = worst_row_err(T, E, dlf_d, ref), e64 = worst_row_err(T, E, dl64, ref);
+            if (!(e32 < 1e-5 && e64 < 1e-12))
+                nbad++, len += snprintf(msg + len, sizeof msg - (size_t)len,
+                                        "\n  sf %d, logits mode %d: rel err fp32 %.3g, fp64 %.3g", sf, mode, e32, e64);
+        }
+    }
+    ck_assert_msg(nbad == 0, "aux_bwd at large logits, %d of 16 failed:%s", nbad, msg);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ precision, determinism */
 
 START_TEST(test_aux_stats_reference)
@@ -546,6 +742,8 @@ static Suite *suite(void)
     tcase_add_test(tc, test_sqrtsoftplus_underflow);
     tcase_add_loop_test(tc, test_aux_bwd_fd, 0, 4);
     tcase_add_test(tc, test_zloss_bwd_fd);
+    tcase_add_test(tc, test_route_bwd_saturated);
+    tcase_add_test(tc, test_aux_bwd_saturated);
     tcase_add_test(tc, test_aux_stats_reference);
     tcase_add_test(tc, test_f32_matches_f64);
     tcase_add_test(tc, test_threads_bitwise);

@@ -43,10 +43,11 @@ int32_t MOE_R(cpu_aux_loss)(const moe_exec *ex, const moe_aux_params *ap, const 
             l += c * score_sums[i];
         }
     } else { /* sequence: per sequence of S local tokens, averaged over the B sequences */
+        /* T = 0 (the core passes B = 1): S = 0 and every count is 0; the loss is 0, not 0/0 */
         const double S = (double)ap->T / (double)ap->B;
         for (int64_t b = 0; b < ap->B; b++)
             for (int32_t i = 0; i < E; i++) {
-                double c = alpha * dE * (double)counts[b * E + i] / (K * S * S * (double)ap->B);
+                double c = S > 0 ? alpha * dE * (double)counts[b * E + i] / (K * S * S * (double)ap->B) : 0.0;
                 coef[b * E + i] = c * scale;
                 l += c * score_sums[b * E + i];
             }

@@ -134,7 +134,9 @@ int32_t MOE_R(cpu_aux_stats)(const moe_exec *ex, int32_t score_function, int32_t
 
 /* logits [T,E], coef [B,E] -> dlogits [T,E] (+=) J^T w, w[t,:] = coef[t/S,:].
  * With s^ = f / F: d s^_i / d l_j = (delta_ij - s^_i) g_j, g_j = s^_j (softmax) or f'(l_j) / F,
- * so dl_j = (w_j - sum_i w_i s^_i) g_j. */
+ * so dl_j = (w_j - sum_i w_i s^_i) g_j, formed as ((w_j - w_r) - sum_i s^_i (w_i - w_r)) g_j with
+ * s^_r the largest (sum s^ = 1): no cancellation when s^_r is within rounding of 1. sigma' is
+ * sigma(l) sigma(-l) (never f (1 - f), which loses everything for l >~ 17 in fp32). */
 int32_t MOE_R(cpu_aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E, int64_t T, int64_t S,
                            const void *logits, const double *coef, void *dlogits)
 {
@@ -154,17 +156,20 @@ int32_t MOE_R(cpu_aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E
         real *f = scratch + (int64_t)omp_get_thread_num() * E;
         const real *lt = l + t * E;
         const double *w = coef + (t / S) * E;
-        double z = aux_f(sf, E, lt, f), dot = 0;
-        for (int32_t e = 0; e < E; e++) dot += w[e] * ((double)f[e] / z);
+        double z = aux_f(sf, E, lt, f), q = 0;
+        int32_t r = 0; /* the first largest f (0 when f[0] is NaN: then every output is NaN anyway) */
+        for (int32_t e = 1; e < E; e++)
+            if (f[e] > f[r]) r = e;
+        for (int32_t e = 0; e < E; e++) q += ((double)f[e] / z) * (w[e] - w[r]);
         for (int32_t e = 0; e < E; e++) {
             double g;
             if (sf == MOE_SCORE_SOFTMAX || sf == MOE_SCORE_SOFTMAX_PRE_TOPK)
                 g = (double)f[e] / z;
             else if (sf == MOE_SCORE_SIGMOID)
-                g = (double)(f[e] * (RX(1.0) - f[e])) / z;
+                g = (double)f[e] * (double)sigmoid(-lt[e]) / z;
             else /* sqrt(softplus)' = sigma / (2 s); 0 where s underflowed to 0 */
                 g = f[e] == 0 ? 0.0 : (double)(sigmoid(lt[e]) / (RX(2.0) * f[e])) / z;
-            dl[t * E + e] += (real)((w[e] - dot) * g);
+            dl[t * E + e] += (real)(((w[e] - w[r]) - q) * g);
         }
     }
     free(scratch);

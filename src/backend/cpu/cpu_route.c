@@ -34,12 +34,15 @@ static real sqrtsoftplus(real x)
     return rsqrt(sp);
 }
 
-/* d s / d l for the element-wise score functions, given s = f(x) */
-static real score_deriv(int32_t sf, real x, real s)
+/* d s / d l for the element-wise score functions, given s = f(x). sigma' = sigma(x) sigma(-x), not
+ * s (1 - s): for x >~ 10 the rounding of s to 1 - O(eps) would leave 1 - s with a relative error of
+ * eps / sigma(-x) (1e-3 at x = 10 in fp32, everything at x = 17). */
+static double score_deriv(int32_t sf, real x, real s)
 {
-    if (sf == MOE_SCORE_SIGMOID) return s * (RX(1.0) - s);
-    /* sqrt(softplus)' = sigma(x) / (2 s); s == 0 only when softplus underflows: define 0 */
-    return s == 0 ? RX(0.0) : sigmoid(x) / (RX(2.0) * s);
+    if (sf == MOE_SCORE_SIGMOID) return (double)s * (double)sigmoid(-x);
+    /* sqrt(softplus)' = sigma(x) / (2 s), accurate in both tails; s == 0 only when softplus
+     * underflows: define 0 */
+    return s == 0 ? 0.0 : (double)(sigmoid(x) / (RX(2.0) * s));
 }
 
 static real elem_score(int32_t sf, real x) { return sf == MOE_SCORE_SIGMOID ? sigmoid(x) : sqrtsoftplus(x); }
@@ -56,6 +59,26 @@ static void softmax_row(int32_t E, const real *l, real *s)
         z += (double)s[e];
     }
     for (int32_t e = 0; e < E; e++) s[e] = (real)((double)s[e] / z);
+}
+
+/* Backward's softmax: s[0..E) = softmax(l) as softmax_row; *r = the first index of the row max (0 when
+ * l[0] is NaN), *rest = 1 - s_r formed as the sum of the other exp(l_e - m) over z, accurate even
+ * when s_r rounds to 1. */
+static void softmax_row_top(int32_t E, const real *l, real *s, int32_t *r, double *rest)
+{
+    real m = l[0];
+    int32_t ri = 0;
+    for (int32_t e = 1; e < E; e++)
+        if (l[e] > m) m = l[e], ri = e;
+    double z = 0, zr = 0;
+    for (int32_t e = 0; e < E; e++) {
+        s[e] = rexp(l[e] - m);
+        z += (double)s[e];
+        if (e != ri) zr += (double)s[e];
+    }
+    for (int32_t e = 0; e < E; e++) s[e] = (real)((double)s[e] / z);
+    *r = ri;
+    *rest = zr / z;
 }
 
 /* ------------------------------------------------------------------ top-n */
@@ -230,38 +253,61 @@ static void route_token_bwd(const moe_route_params *rp, const real *l, const int
     double gamma = rp->scaling_factor;
 
     if (sf == MOE_SCORE_SOFTMAX) {
-        /* p = softmax over the selected logits: dl_j = p_j (dp_j - sum_i p_i dp_i), j selected */
-        real m = l[idx[0]];
+        /* p = softmax over the selected logits: dl_j = p_j (dp_j - sum_i p_i dp_i), j selected, in the
+         * stable form p_j ((dp_j - dp_r) - sum_i p_i (dp_i - dp_r)) with p_r the largest (sum p = 1):
+         * when p_r rounds to 1 the plain form cancels dp_r against sum_i p_i dp_i and keeps only noise */
+        int32_t r = 0;
         for (int32_t k = 1; k < K; k++)
-            if (l[idx[k]] > m) m = l[idx[k]];
-        double z = 0, dot = 0;
+            if (l[idx[k]] > l[idx[r]]) r = k;
+        const real m = l[idx[r]];
+        double z = 0, q = 0;
         for (int32_t k = 0; k < K; k++) {
             s[k] = rexp(l[idx[k]] - m);
             z += (double)s[k];
         }
-        for (int32_t k = 0; k < K; k++) dot += (double)s[k] / z * (double)dp[k];
+        for (int32_t k = 0; k < K; k++) q += (double)s[k] / z * ((double)dp[k] - (double)dp[r]);
         for (int32_t k = 0; k < K; k++) {
             double pk = (double)s[k] / z;
-            dl[idx[k]] += (real)(gamma * pk * ((double)dp[k] - dot));
+            dl[idx[k]] += (real)(gamma * pk * (((double)dp[k] - (double)dp[r]) - q));
         }
     } else if (sf == MOE_SCORE_SOFTMAX_PRE_TOPK) {
-        /* p_i = s_i, s = softmax over all E: dl_j = s_j ([j selected] dp_j - sum_i dp_i s_i) */
-        softmax_row(E, l, s);
-        double dot = 0;
-        for (int32_t k = 0; k < K; k++) dot += (double)dp[k] * (double)s[idx[k]];
-        for (int32_t e = 0; e < E; e++) dl[e] += (real)(-gamma * (double)s[e] * dot);
-        for (int32_t k = 0; k < K; k++) dl[idx[k]] += (real)(gamma * (double)dp[k] * (double)s[idx[k]]);
+        /* p_i = s_i, s = softmax over all E: dl_j = s_j ([j selected] dp_j - dot), dot = sum_i dp_i s_i.
+         * For the row's largest score s_r, when selected, dp_r - dot is formed as
+         * dp_r (1 - s_r) - sum_{i != r} dp_i s_i with 1 - s_r from softmax_row_top, in one addition
+         * (s_r may round to 1: the plain form would cancel). */
+        int32_t r, kr = -1;
+        double rest;
+        softmax_row_top(E, l, s, &r, &rest);
+        double dot = 0, other = 0;
+        for (int32_t k = 0; k < K; k++) {
+            dot += (double)dp[k] * (double)s[idx[k]];
+            if (idx[k] == r && kr < 0) kr = k;
+            else other += (double)dp[k] * (double)s[idx[k]];
+        }
+        for (int32_t e = 0; e < E; e++)
+            if (e != r || kr < 0) dl[e] += (real)(-gamma * (double)s[e] * dot);
+        for (int32_t k = 0; k < K; k++) {
+            if (k == kr) dl[r] += (real)(gamma * (double)s[r] * ((double)dp[k] * rest - other));
+            else dl[idx[k]] += (real)(gamma * (double)dp[k] * (double)s[idx[k]]);
+        }
     } else {
-        /* p_i = s_i / Z (K > 1), Z = sum_sel s + 1e-20: ds_j = dp_j / Z - (sum_i dp_i s_i) / Z^2 */
-        for (int32_t k = 0; k < K; k++) s[k] = elem_score(sf, l[idx[k]]);
-        double z = 1e-20, dot = 0;
+        /* p_i = s_i / Z (K > 1), Z = sum_sel s + 1e-20: ds_j = dp_j / Z - (sum_i dp_i s_i) / Z^2, in the
+         * stable form ((dp_j - dp_r) Z - q + 1e-20 dp_r) / Z^2, q = sum_i s_i (dp_i - dp_r), with s_r
+         * the largest: for j = r the plain form cancels two O(dp / Z) terms when s_r dominates Z */
+        int32_t r = 0;
+        for (int32_t k = 0; k < K; k++) {
+            s[k] = elem_score(sf, l[idx[k]]);
+            if (s[k] > s[r]) r = k;
+        }
+        double z = 1e-20, q = 0;
         for (int32_t k = 0; k < K; k++) {
             z += (double)s[k];
-            dot += (double)dp[k] * (double)s[k];
+            q += (double)s[k] * ((double)dp[k] - (double)dp[r]);
         }
         for (int32_t k = 0; k < K; k++) {
-            double ds = K > 1 ? (double)dp[k] / z - dot / (z * z) : (double)dp[k];
-            dl[idx[k]] += (real)(gamma * ds * (double)score_deriv(sf, l[idx[k]], s[k]));
+            double ds = K > 1 ? (((double)dp[k] - (double)dp[r]) * z - q + 1e-20 * (double)dp[r]) / (z * z)
+                              : (double)dp[k];
+            dl[idx[k]] += (real)(gamma * ds * score_deriv(sf, l[idx[k]], s[k]));
         }
     }
 }
