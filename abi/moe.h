@@ -351,6 +351,13 @@ MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTen
 MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx,
                                         void *stream);
 MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream);
+/* (since 0.2) Starts reloading the step's offloaded activations (moe_layer_config.offload) to the
+ * device on the context's copy stream, after the work queued on stream so far (NULL = the context's
+ * stream), so that backward_data does not wait for the copies: a host calls it for layer i-1 before
+ * running the backward of layer i. Without it backward_data reloads them itself. A no-op when nothing
+ * is offloaded or the reload was started already. MOE_ERR_INVALID_ARGUMENT for a NULL step;
+ * MOE_ERR_STATE unless the step's last call was a successful forward of a step that keeps a tape. */
+MOE_API int32_t moe_step_prefetch(moe_step *step, void *stream);
 
 /* ---------------------------------------------------------------- routing statistics */
 typedef struct moe_routing_stats {

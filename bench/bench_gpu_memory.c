@@ -29,7 +29,9 @@
  * Per policy (a fresh context each, so peaks are the policy's): one warm-up step, then `reps`
  * (default 3) timed steps; a step = L forwards + L backwards on a stream of ours, timed with
  * cudaEvents; columns as bench_memory's:
- *   kept      MOE_MEM_ACTIVATIONS after the L forwards (device bytes held for backward)
+ *   kept      MOE_MEM_ACTIVATIONS of the L steps' tapes after the L forwards (device bytes held for
+ *             backward; the context's ledger may still charge offloaded blocks whose copies to the
+ *             host are running on the copy stream, docs/memory.md "deferred frees")
  *   host      MOE_MEM_OFFLOAD at that point (pinned host bytes)
  *   peak      the ledger's MOE_MEM_ACTIVATIONS peak over the run
  *   ws peak   the ledger's MOE_MEM_WORKSPACE peak (where the quantised GEMMs' operand copies and
@@ -216,11 +218,21 @@ static void run_policy(const shape *s, const policy *p, int reps, const bufs *b,
         memset(&ms, 0, sizeof ms);
         ms.struct_size = (uint32_t)sizeof ms;
         CHECK_MOE(moe_context_memory_stats(g_ctx, &ms));
-        if (ms.current_bytes[MOE_MEM_ACTIVATIONS] > r->kept) r->kept = ms.current_bytes[MOE_MEM_ACTIVATIONS];
+        int64_t kept = 0; /* the tapes: not the blocks still being copied out (they go back once copied) */
+        for (int l = 0; l < s->L; l++) {
+            moe_memory_stats ss;
+            memset(&ss, 0, sizeof ss);
+            ss.struct_size = (uint32_t)sizeof ss;
+            CHECK_MOE(moe_step_memory_stats(steps[l], &ss));
+            kept += ss.current_bytes[MOE_MEM_ACTIVATIONS];
+        }
+        if (kept > r->kept) r->kept = kept;
         if (ms.current_bytes[MOE_MEM_OFFLOAD] > r->host) r->host = ms.current_bytes[MOE_MEM_OFFLOAD];
         for (int l = s->L - 1; l >= 0; l--) {
             void *dy = l == s->L - 1 ? b->dy : b->g[(s->L - 2 - l) % 2], *dx = b->g[(s->L - 1 - l) % 2];
             DLTensor tdy = bf16_tensor(dy, shape2), tdx = bf16_tensor(dx, shape2);
+            /* the step below reloads what it offloaded on the copy stream while this backward runs */
+            if (l > 0) CHECK_MOE(moe_step_prefetch(steps[l - 1], stream));
             CHECK_MOE(moe_layer_backward(layer, steps[l], &tdy, &tdx, stream));
             dx0 = dx;
         }

@@ -158,6 +158,8 @@ static result run_policy(const config *c, const policy *p, int reps, int threads
         for (int l = c->L - 1; l >= 0; l--) {
             float *dy = g + (size_t)((c->L - 1 - l) % 2) * n, *dx = g + (size_t)((c->L - l) % 2) * n;
             DLTensor tdy = tensor(dy, shape), tdx = tensor(dx, shape);
+            /* the layer below reloads what it offloaded while this backward runs (a no-op otherwise) */
+            if (l > 0) check(ctx, moe_step_prefetch(steps[l - 1], NULL), "moe_step_prefetch");
             check(ctx, moe_layer_backward(layers[l], steps[l], &tdy, &tdx, NULL), "moe_layer_backward");
             dx0 = dx;
         }

@@ -82,6 +82,17 @@ func (s *Step) call(f func(*C.moe_step) C.int32_t) error {
 	return err
 }
 
+// Prefetch starts reloading the step's offloaded activations (LayerConfig.Offload) to the device on
+// the context's copy stream (moe_step_prefetch), so that the layer's backward does not wait for the
+// copies: call it for layer i-1 before the backward of layer i. A no-op when nothing is offloaded or
+// the reload already started; StatusState unless the step's last call was a forward that keeps a tape.
+func (s *Step) Prefetch() error { return s.PrefetchOn(DefaultStream) }
+
+// PrefetchOn is Prefetch after the work queued on stream so far.
+func (s *Step) PrefetchOn(stream Stream) error {
+	return s.call(func(p *C.moe_step) C.int32_t { return C.gomoe_step_prefetch(p, C.uintptr_t(stream)) })
+}
+
 // RoutingStats mirrors moe_routing_stats: the routing of the step's last forward.
 type RoutingStats struct {
 	NumTokens      int64

@@ -70,6 +70,8 @@ int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream
     return moe_layer_backward_weights(l, s, (void *)stream);
 }
 
+int32_t gomoe_step_prefetch(moe_step *s, uintptr_t stream) { return moe_step_prefetch(s, (void *)stream); }
+
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream) { return moe_layer_reduce_grads(l, (void *)stream); }
 
 int32_t gomoe_context_memory_trim(moe_context *ctx, uintptr_t stream)

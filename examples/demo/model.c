@@ -295,6 +295,9 @@ void demo_model_backward(demo_model *m, const int32_t *inputs, const int32_t *ta
 
     /* layers in reverse: dh_{l-1} = dh_l + d moe_l / d h_{l-1} */
     for (int l = L - 1; l >= 0; l--) {
+        /* the layer below starts reloading what it offloaded (--offload) while this layer's backward
+         * runs, as Megatron prefetches: on a GPU the copies overlap; a no-op without offload */
+        if (l > 0) demo_check(m->ctx, moe_step_prefetch(m->steps[l - 1], NULL), "moe_step_prefetch");
         host_tensor dyt, dxt;
         host_tensor_init(&dyt, m->dh, T, H);
         host_tensor_init(&dxt, m->dx, T, H);

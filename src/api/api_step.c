@@ -141,6 +141,22 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
     return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_run(layer, step, &ex));
 }
 
+MOE_API int32_t moe_step_prefetch(moe_step *step, void *stream)
+{
+    if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_prefetch: step is NULL");
+    moe_layer *layer = step->layer;
+    moe_context *ctx = layer->ctx;
+    if (step->mode == MOE_STEP_EVAL)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_prefetch: the step was created with MOE_STEP_EVAL and keeps "
+                          "no tape");
+    if (step->state != MOE_STEP_STATE_FORWARD)
+        return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_prefetch: %s",
+                          step->state == MOE_STEP_STATE_EMPTY ? "no successful forward on this step yet"
+                                                              : "backward already ran for this step's forward");
+    moe_exec ex = moe_context_enter(ctx, stream);
+    return moe_offload_prefetch(layer, step, &ex);
+}
+
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward");

@@ -84,6 +84,12 @@ struct moe_backend {
     /* Work queued on ex->stream after this call waits for event (cross-stream ordering). */
     int32_t (*stream_wait_event)(const moe_exec *ex, void *event);
     int32_t (*stream_sync)(const moe_exec *ex);
+    /* A further stream of ex's device, for work that overlaps the streams the calls pass (the
+     * context's copy stream: activation offload, core/offload.c). Work on it is ordered against other
+     * streams only through events. CUDA: a non-blocking stream; CPU: a token (its work, like all CPU
+     * work, is done when its entry returns). stream_destroy waits for the stream's work, then frees it. */
+    int32_t (*stream_create)(const moe_exec *ex, void **stream);
+    void (*stream_destroy)(const moe_exec *ex, void *stream);
 
     /* Graphs (MOE_BACKEND_CAP_GRAPHS; NULL elsewhere): work queued on ex->stream between graph_begin
      * and graph_end is recorded, not run; graph_end always ends the recording and returns an

@@ -11,7 +11,12 @@ void moe_context_release_ref(moe_context *ctx)
     if (atomic_fetch_sub(&ctx->refs, 1) != 1) return;
     ctx->cur_stream = ctx->stream;
     if (ctx->workspace) moe_mem_free(ctx, ctx->workspace, ctx->backend->workspace_bytes, MOE_MEM_WORKSPACE);
-    moe_mem_trim(ctx);
+    moe_mem_trim(ctx); /* waits for the blocks still behind the copy stream, then empties the cache */
+    free(ctx->pending);
+    if (ctx->has_copy_stream) {
+        moe_exec cx = moe_context_exec(ctx, ctx->copy_stream);
+        ctx->backend->stream_destroy(&cx, ctx->copy_stream);
+    }
     ctx->backend->device_close(ctx->device_state);
     if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);
     if (ctx->has_logger && ctx->logger.release) ctx->logger.release(ctx->logger.user_data);
@@ -45,4 +50,31 @@ int32_t moe_mem_zero(moe_context *ctx, const moe_exec *ex, void *dst, size_t byt
 {
     int32_t st = ex->be->memset(ex, dst, 0, bytes);
     return st ? moe_errorf(ctx, st, "clearing %zu bytes of %s memory failed", bytes, ex->be->name) : MOE_OK;
+}
+
+int32_t moe_context_copy_exec(moe_context *ctx, moe_exec *out)
+{
+    if (!ctx->has_copy_stream) {
+        moe_exec ex = moe_context_exec(ctx, NULL);
+        void *s = NULL;
+        int32_t st = ctx->backend->stream_create(&ex, &s);
+        if (st)
+            return moe_errorf(ctx, st, "creating the copy stream of %s device %d failed", ctx->backend->name,
+                              ctx->device_id);
+        ctx->copy_stream = s;
+        ctx->has_copy_stream = 1;
+    }
+    *out = moe_context_exec(ctx, ctx->copy_stream);
+    return MOE_OK;
+}
+
+int32_t moe_stream_order(moe_context *ctx, const moe_exec *before, const moe_exec *after)
+{
+    const moe_backend *be = before->be;
+    void *ev = NULL;
+    int32_t st = be->event_create(before, &ev);
+    if (!st) st = be->event_record(before, ev);
+    if (!st) st = be->stream_wait_event(after, ev);
+    if (ev) be->event_destroy(before, ev); /* the wait is queued: the event may go (CUDA frees it after) */
+    return st ? moe_errorf(ctx, st, "ordering a %s stream behind another failed", be->name) : MOE_OK;
 }

@@ -21,6 +21,16 @@ struct moe_deferred_free {
     int32_t category;
 };
 
+/* A device block freed while work on another stream (the copy stream) may still read it: it goes back
+ * to the allocator (pool or hook) once `event`, recorded after that work, has passed; until then it
+ * stays charged to `category` (src/mem/allocator.c, moe_mem_free_after). */
+typedef struct moe_pending_free {
+    void *ptr;
+    size_t bytes;
+    int32_t category;
+    void *event; /* owned */
+} moe_pending_free;
+
 /* One cached free block of the built-in pool: freed on `stream`, reusable there at once (stream
  * order) and on another stream once `event` (recorded at the free) has passed. */
 typedef struct moe_pool_block {
@@ -66,6 +76,13 @@ struct moe_context {
     struct moe_deferred_free *deferred;
     int32_t deferred_count, deferred_cap;
     int64_t graph_captures, graph_replays, graph_fallbacks; /* counters for tests and stats */
+    /* the copy stream (activation offload, core/offload.c): created on first use, destroyed with the
+     * context; has_copy_stream because NULL may be a valid stream */
+    void *copy_stream;
+    int32_t has_copy_stream;
+    /* blocks freed behind the copy stream, oldest first (moe_mem_free_after) */
+    moe_pending_free *pending;
+    int32_t pending_count, pending_cap;
     char last_error[MOE_ERROR_CAP];
 };
 
@@ -83,6 +100,16 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);
 void moe_mem_trim(moe_context *ctx);
 /* Charges delta bytes to a ledger category (host memory the engine allocates outside the pool). */
 void moe_mem_charge(moe_context *ctx, int32_t category, int64_t delta);
+/* Frees a device block whose last use is work queued on another stream than the current one (the
+ * copy stream's device-to-host copies): the block returns to the pool (or the host's hook) only once
+ * `event`, recorded on that stream after the work, has passed, so no stream can reuse it earlier; the
+ * compute stream does not wait. Takes ownership of event. The block stays charged to its category until
+ * then. Pending blocks are reaped (event_query) by every allocation, waited for oldest first when an
+ * allocation would otherwise fail, and waited for by moe_mem_trim and context destruction. */
+void moe_mem_free_after(moe_context *ctx, void *ptr, size_t bytes, int32_t category, void *event);
+/* Returns the pending blocks whose events have passed to the allocator; wait_first: wait for the
+ * first (oldest) that many events before (INT32_MAX: all). */
+void moe_mem_reap(moe_context *ctx, int32_t wait_first);
 /* Frees what moe_mem_free deferred during a graph capture (after the capture ended). */
 void moe_mem_flush_deferred(moe_context *ctx);
 /* a * b with overflow detection; returns 0 on overflow. */
@@ -96,6 +123,11 @@ int32_t moe_copy_to_host(moe_context *ctx, const moe_exec *ex, void *dst, const 
 int32_t moe_copy_to_device(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes);
 /* Zero bytes of device memory. */
 int32_t moe_mem_zero(moe_context *ctx, const moe_exec *ex, void *dst, size_t bytes);
+/* The exec of the context's copy stream (backend->stream_create on first use). */
+int32_t moe_context_copy_exec(moe_context *ctx, moe_exec *out);
+/* Orders the work queued on `after` from now on behind everything queued on `before` so far (an
+ * event recorded on before, waited for by after; the host does not wait). */
+int32_t moe_stream_order(moe_context *ctx, const moe_exec *before, const moe_exec *after);
 
 /* ---- lifetime (src/core/context.c) ---- */
 void moe_context_retain(moe_context *ctx);

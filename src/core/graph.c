@@ -8,7 +8,8 @@
  * capacity, state) and the contents of its host buffers (e.g. the expert row offsets).
  *
  * When: the backend has graphs, the layer's config allows them (cfg.graphs), the shapes are static
- * (capacity with pad_to_capacity) on one rank without communicators or chunking. A call's key is its
+ * (capacity with pad_to_capacity) on one rank without communicators or chunking, and nothing is
+ * offloaded (offload frees and reallocates tape buffers and works on a second stream every step). A call's key is its
  * phase, T, mode and loss scale, the stream, the data pointers in and out, and every tape buffer
  * (pointer and size): a host that reuses its steps and tensors replays; a changed key captures anew
  * (up to MOE_GRAPH_SLOTS graphs per phase, least recently used evicted).
@@ -51,7 +52,7 @@ int moe_graph_eligible(const moe_layer *L)
     const moe_backend *be = L->ctx->backend;
     return (be->caps & MOE_BACKEND_CAP_GRAPHS) && be->graph_begin && be->graph_end && be->graph_launch &&
            L->cfg.graphs == MOE_GRAPHS_AUTO && moe_layer_static_shapes(L) && L->num_chunks <= 1 && !L->ep_comm &&
-           !L->etp_comm && !L->aux_comm && !L->bias_comm;
+           !L->etp_comm && !L->aux_comm && !L->bias_comm && !L->cfg.offload;
 }
 
 static uint64_t mix(uint64_t h, uint64_t v)
@@ -206,6 +207,7 @@ static int32_t fwd_body(moe_layer *L, moe_step *s, const moe_exec *e, void *arg)
 int32_t moe_layer_forward_run(moe_layer *L, moe_step *step, int64_t T, const void *x, void *y, const moe_exec *e)
 {
     fwd_args a = {T, x, y};
+    TRY(moe_offload_settle(step, e)); /* a reload queued by moe_step_prefetch lands before the tape is rewritten */
     if (moe_graph_eligible(L)) { /* the tape in place before the key is taken and before any capture */
         step->T = T;
         TRY(moe_layer_reserve_forward(L, step, T, e));

@@ -146,12 +146,25 @@ struct moe_step {
     int64_t mem_cur[MOE_MEM_NUM_CATEGORIES], mem_peak[MOE_MEM_NUM_CATEGORIES], mem_total_peak;
     int32_t mem_live;
     int64_t off_bytes[4]; /* device bytes of each offloaded buffer now on the host (0: none) */
+    /* offload copies on the context's copy stream (core/offload.c): copy_event marks the last one
+     * (created on first use, recorded when copy_recorded); reload_pending: the reload is queued there
+     * and the next call on the step's tape waits for copy_event first */
+    void *copy_event;
+    int32_t copy_recorded, reload_pending;
 };
 
 /* Offload (core/offload.c): the selected saved activations to host memory at the end of forward, and
- * back before backward needs them. */
+ * back before backward needs them, on the context's copy stream. */
 int32_t moe_offload_after_forward(moe_layer *L, moe_step *step, const moe_exec *e);
 int32_t moe_offload_before_backward(moe_layer *L, moe_step *step, const moe_exec *e);
+/* moe_step_prefetch: queues the reload on the copy stream after e's stream; no-op when nothing is
+ * offloaded or the reload is queued already. */
+int32_t moe_offload_prefetch(moe_layer *L, moe_step *step, const moe_exec *e);
+/* Before a call rewrites the step's tape: e's stream waits for a queued reload (forward after a
+ * prefetch without backward). */
+int32_t moe_offload_settle(moe_step *step, const moe_exec *e);
+/* Waits for the step's copies and frees its copy event (before its host copies and tape are freed). */
+void moe_offload_release(moe_step *step);
 /* Allocates every tape buffer a forward of T tokens writes (forward.c; also called before a graph
  * capture, so that the capture allocates nothing). */
 int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e);

@@ -56,6 +56,7 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
 
 void moe_step_free_tape(moe_step *step)
 {
+    moe_offload_release(step); /* no copy on the copy stream may still touch what is freed here */
     step->layer->ctx->cur_stream = step->stream;
     moe_buf *first = (moe_buf *)&step->tape;
     size_t count = sizeof step->tape / sizeof(moe_buf);

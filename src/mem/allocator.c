@@ -8,6 +8,15 @@
  * records an event on that stream at the free; an allocation on the same stream may take the block
  * at once (its work runs after the queued work), an allocation on another stream only once the event
  * has passed. Trimming waits for each block's event before giving the memory back.
+ *
+ * Blocks read by another stream: the offload policy copies saved activations to the host on the
+ * context's copy stream and frees their device blocks while those copies may still run. Such a block
+ * must not return to the pool (where the compute stream would take it at once) before the copy is done,
+ * yet the compute stream must not wait for the copy: moe_mem_free_after keeps it on a pending list with
+ * the event recorded after the copy, still charged to its category (the ledger and a host hook agree:
+ * both still hold it). Every allocation first reaps the pending blocks whose events have passed; one
+ * that would otherwise fail waits for the oldest pending events, one at a time, and retries before
+ * trimming the cache; trimming and context destruction wait for all of them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +82,30 @@ static void block_drop(moe_context *ctx, moe_pool_block *b)
     ctx->backend->mem_free(&ex, b->ptr, b->bytes);
 }
 
+/* One try at sz bytes on ex's stream: the host's hook, or a ready pool block, or the backend. */
+static void *alloc_once(moe_context *ctx, const moe_exec *ex, size_t sz)
+{
+    void *p = NULL;
+    if (ctx->allocator.alloc) /* the host's hook */
+        return ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id,
+                                    ex->stream);
+    for (int32_t i = ctx->pool_count - 1; i >= 0; i--) {
+        moe_pool_block *b = &ctx->pool[i];
+        if (b->bytes != sz || !block_ready(ctx, b, ex->stream)) continue;
+        p = b->ptr;
+        if (b->event) {
+            moe_exec bx = moe_context_exec(ctx, b->stream);
+            ctx->backend->event_destroy(&bx, b->event);
+        }
+        ctx->pool_bytes -= sz;
+        *b = ctx->pool[--ctx->pool_count];
+        return p;
+    }
+    if (ctx->backend->mem_alloc(ex, sz, &p) != MOE_OK) return NULL;
+    ctx->dev_allocs++;
+    return p;
+}
+
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
 {
     if (bytes == 0) bytes = 1;
@@ -81,43 +114,27 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
         return NULL;
     }
     size_t sz = moe_mem_round_size(bytes);
-    void *p = NULL;
     if (ctx->capturing) { /* a graph cannot own pool memory: the capture is abandoned (core/graph.c) */
         ctx->capture_broken = 1;
         moe_errorf(ctx, MOE_ERR_STATE, "allocation of %zu bytes during a graph capture", bytes);
         return NULL;
     }
     moe_exec ex = cur_exec(ctx);
-    if (ctx->allocator.alloc) { /* the host's hook */
-        p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id, ex.stream);
-        if (!p) {
-            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "host allocator returned NULL for %zu bytes", sz);
-            return NULL;
-        }
-    } else {
-        for (int32_t i = ctx->pool_count - 1; i >= 0; i--) {
-            moe_pool_block *b = &ctx->pool[i];
-            if (b->bytes != sz || !block_ready(ctx, b, ex.stream)) continue;
-            p = b->ptr;
-            if (b->event) {
-                moe_exec bx = moe_context_exec(ctx, b->stream);
-                ctx->backend->event_destroy(&bx, b->event);
-            }
-            ctx->pool_bytes -= sz;
-            *b = ctx->pool[--ctx->pool_count];
-            break;
-        }
-        if (!p) {
-            if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) {
-                moe_mem_trim(ctx); /* give cached blocks back and retry once */
-                if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
-            }
-            if (p) ctx->dev_allocs++;
-        }
-        if (!p) {
-            moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of %s memory", sz, ctx->backend->name);
-            return NULL;
-        }
+    moe_mem_reap(ctx, 0); /* blocks whose copies are done are free again */
+    void *p = alloc_once(ctx, &ex, sz);
+    while (!p && ctx->pending_count > 0) { /* out of memory: wait for the oldest copy out, then retry */
+        moe_mem_reap(ctx, 1);
+        p = alloc_once(ctx, &ex, sz);
+    }
+    if (!p && !ctx->allocator.alloc) {
+        moe_mem_trim(ctx); /* give cached blocks back and retry once */
+        if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
+        if (p) ctx->dev_allocs++;
+    }
+    if (!p) {
+        if (ctx->allocator.alloc) moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "host allocator returned NULL for %zu bytes", sz);
+        else moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes of %s memory", sz, ctx->backend->name);
+        return NULL;
     }
     charge(ctx, category, (int64_t)sz);
     int64_t reserved = ctx->mem_total_current + (int64_t)ctx->pool_bytes;
@@ -167,6 +184,70 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
     ctx->backend->mem_free(&ex, ptr, sz); /* the backend frees in stream order */
 }
 
+/* Gives back a block no queued work uses any more (its pending event has passed): to the hook, or to
+ * the pool as a block ready for every stream, or to the backend when the pool is full. */
+static void free_idle(moe_context *ctx, void *ptr, size_t sz, int32_t category)
+{
+    charge(ctx, category, -(int64_t)sz);
+    moe_exec ex = cur_exec(ctx);
+    if (ctx->allocator.free) {
+        ctx->allocator.free(ctx->allocator.user_data, ptr, sz, ctx->device_type, ctx->device_id, ex.stream);
+        return;
+    }
+    if (ctx->pool_count < MOE_POOL_SLOTS && ctx->pool_bytes + sz <= MOE_POOL_MAX_BYTES) {
+        moe_pool_block b = {ptr, sz, NULL, NULL}; /* no event: no stream has work left on it */
+        ctx->pool[ctx->pool_count++] = b;
+        ctx->pool_bytes += sz;
+        return;
+    }
+    ctx->backend->mem_free(&ex, ptr, sz);
+}
+
+void moe_mem_free_after(moe_context *ctx, void *ptr, size_t bytes, int32_t category, void *event)
+{
+    if (!ptr) return;
+    if (bytes == 0) bytes = 1;
+    size_t sz = moe_mem_round_size(bytes);
+    moe_exec ex = moe_context_exec(ctx, ctx->copy_stream);
+    if (ctx->capturing) ctx->capture_broken = 1; /* a graph cannot free pool memory (core/graph.c) */
+    if (ctx->pending_count == ctx->pending_cap) {
+        int32_t cap = ctx->pending_cap ? 2 * ctx->pending_cap : 16;
+        moe_pending_free *d = realloc(ctx->pending, (size_t)cap * sizeof *d);
+        if (!d) { /* no room to remember it: wait for its event here, then free it */
+            (void)ctx->backend->event_sync(&ex, event);
+            ctx->backend->event_destroy(&ex, event);
+            free_idle(ctx, ptr, sz, category);
+            return;
+        }
+        ctx->pending = d;
+        ctx->pending_cap = cap;
+    }
+    ctx->pending[ctx->pending_count++] = (moe_pending_free){ptr, sz, category, event};
+}
+
+void moe_mem_reap(moe_context *ctx, int32_t wait_first)
+{
+    moe_exec ex = moe_context_exec(ctx, ctx->copy_stream);
+    int32_t kept = 0, n = ctx->pending_count;
+    for (int32_t i = 0; i < n; i++) {
+        moe_pending_free f = ctx->pending[i];
+        int32_t done = 0;
+        if (i < wait_first) {
+            (void)ctx->backend->event_sync(&ex, f.event); /* a failed wait (device error): nothing runs any more */
+            done = 1;
+        } else if (ctx->backend->event_query(&ex, f.event, &done) != MOE_OK) {
+            done = 0;
+        }
+        if (!done) {
+            ctx->pending[kept++] = f; /* order kept: oldest first */
+            continue;
+        }
+        ctx->backend->event_destroy(&ex, f.event);
+        free_idle(ctx, f.ptr, f.bytes, f.category);
+    }
+    ctx->pending_count = kept;
+}
+
 void moe_mem_flush_deferred(moe_context *ctx)
 {
     for (int32_t i = 0; i < ctx->deferred_count; i++)
@@ -176,6 +257,7 @@ void moe_mem_flush_deferred(moe_context *ctx)
 
 void moe_mem_trim(moe_context *ctx)
 {
+    moe_mem_reap(ctx, INT32_MAX); /* blocks behind the copy stream first: they join the cache, then go */
     if (ctx->pool_count > 0) ctx->trims++;
     for (int32_t i = 0; i < ctx->pool_count; i++) block_drop(ctx, &ctx->pool[i]);
     ctx->pool_count = 0;

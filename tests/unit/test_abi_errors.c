@@ -349,6 +349,7 @@ enum { CTX = 0, TLS = 1 };
     X(n45, "layer_config_init cfg NULL", INV, TLS, "cfg is NULL", moe_layer_config_init(NULL, sizeof f->c)) \
     X(n46, "context_config_init cfg NULL", INV, TLS, "cfg is NULL", moe_context_config_init(NULL, sizeof f->cc)) \
     X(n47, "step_config_init cfg NULL", INV, TLS, "cfg is NULL", moe_step_config_init(NULL, sizeof f->sc)) \
+    X(n48, "step_prefetch step NULL", INV, TLS, "step is NULL", moe_step_prefetch(NULL, NULL)) \
     X(t01, "x fp64 into an fp32 layer", INV, CTX, "x.dtype", fwd(f, retype(f, TX, kDLFloat, 64, 1), TY)) \
     X(t02, "x int32", INV, CTX, "x.dtype", fwd(f, retype(f, TX, kDLInt, 32, 1), TY)) \
     X(t03, "x fp32 lanes=2", INV, CTX, "x.dtype", fwd(f, retype(f, TX, kDLFloat, 32, 2), TY)) \
@@ -446,6 +447,8 @@ enum { CTX = 0, TLS = 1 };
     X(s08, "backward_weights with another layer's step", INV, CTX, "step", moe_layer_backward_weights(f->other, f->fwd, NULL)) \
     X(s10, "export_routing before forward", STA, CTX, "step", moe_step_export_routing(f->fresh, 0, &f->out_mt)) \
     X(s11, "update_expert_bias without expert_bias", STA, CTX, "expert_bias", moe_layer_update_expert_bias(f->other, NULL)) \
+    X(s12, "step_prefetch before forward", STA, CTX, "forward", moe_step_prefetch(f->fresh, NULL)) \
+    X(s13, "step_prefetch on an EVAL step", STA, CTX, "MOE_STEP_EVAL", moe_step_prefetch(f->eval, NULL)) \
     X(p01, "param slot -1", INV, CTX, "slot", moe_layer_param(f->layer, -1, &f->out_mt)) \
     X(p02, "param slot 7", INV, CTX, "slot", moe_layer_param(f->layer, MOE_PARAM_NUM_SLOTS, &f->out_mt)) \
     X(p03, "grad slot 1000", INV, CTX, "slot", moe_layer_grad(f->layer, 1000, &f->out_mt)) \
@@ -501,7 +504,8 @@ enum { CTX = 0, TLS = 1 };
     Y(q06, "backward_data twice", STA, CTX, "step", (moe_layer_backward_data(f->layer, f->fwd, TDY, TDX, NULL)), \
       moe_layer_backward_data(f->layer, f->fwd, TDY, TDX, NULL)) \
     Y(q07, "backward_weights twice", STA, CTX, "already", (bwd(f, TDY, TDX)), \
-      moe_layer_backward_weights(f->layer, f->fwd, NULL))
+      moe_layer_backward_weights(f->layer, f->fwd, NULL)) \
+    Y(q08, "step_prefetch after backward", STA, CTX, "already", (bwd(f, TDY, TDX)), moe_step_prefetch(f->fwd, NULL))
 
 typedef struct err_case {
     const char *what;

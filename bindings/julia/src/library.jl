@@ -17,7 +17,7 @@ const SYMBOL_NAMES = (
     :moe_layer_export_param, :moe_layer_init_params, :moe_layer_zero_grad, :moe_layer_set_grad_mode,
     :moe_layer_expert_counts, :moe_layer_update_expert_bias,
     :moe_step_config_init, :moe_step_create, :moe_step_destroy, :moe_layer_forward, :moe_layer_backward,
-    :moe_step_routing_stats, :moe_step_memory_stats, :moe_step_export_routing,
+    :moe_step_routing_stats, :moe_step_memory_stats, :moe_step_export_routing, :moe_step_prefetch,
     :moe_dispatcher_config_init, :moe_dispatcher_create, :moe_dispatcher_local_experts,
     :moe_dispatcher_destroy, :moe_dispatcher_dispatch, :moe_dispatch_info, :moe_dispatch_rows,
     :moe_dispatch_combine, :moe_dispatch_combine_backward, :moe_dispatch_backward, :moe_dispatch_destroy,

@@ -116,6 +116,23 @@ function backward_weights!(layer::Layer, step::Step; stream = C_NULL)
 end
 
 """
+    prefetch!(step; stream = C_NULL) -> step
+
+Starts reloading `step`'s offloaded activations (the layer's `offload` bits) to the device on the
+context's copy stream (`moe_step_prefetch`), after the work queued on `stream` so far, so that the
+layer's backward does not wait for the copies: call it for layer i-1 before the backward of layer i.
+A no-op when nothing is offloaded or the reload already started; throws a `MoeError` with
+`MOE_ERR_STATE` unless the step's last call was a forward that keeps a tape.
+"""
+function prefetch!(step::Step; stream = C_NULL)
+    GC.@preserve step begin
+        st = @ccall $(fn(:moe_step_prefetch))(handle(step)::Ptr{Cvoid}, streamptr(stream)::Ptr{Cvoid})::Int32
+        check(st, step.layer.ctxp)
+    end
+    step
+end
+
+"""
     memory_stats(step) -> MemoryStats
 
 What the step holds (`moe_step_memory_stats`): its tape (`MEM_ACTIVATIONS`) and host metadata

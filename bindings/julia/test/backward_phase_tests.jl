@@ -79,3 +79,44 @@ end
     close(s); close(l)
     close(ctx)
 end
+
+@testset "prefetch!" begin
+    ctx = Context()
+    x = reshape(Float32.(sin.(1:8*6)), 8, 6)
+    dy = reshape(Float32.(cos.(2 .* (1:8*6))), 8, 6)
+    alloff = LibMoE.LAYER_OFFLOAD_EXPERT_FC1 | LibMoE.LAYER_OFFLOAD_EXPERT_INPUT | LibMoE.LAYER_OFFLOAD_ROUTER |
+             LibMoE.LAYER_OFFLOAD_INPUT
+    mk(off) = Layer(ctx; hidden_size = 8, ffn_hidden_size = 16, num_experts = 4, top_k = 2, seed = 5, offload = off)
+    # dx and gradients with `n` prefetches between forward and backward
+    function with_prefetches(off, n)
+        l = mk(off)
+        s = Step(l)
+        forward(l, s, x)
+        for i in 1:n
+            @test prefetch!(s; stream = C_NULL) === s
+        end
+        dx = backward(l, s, dy)
+        g = [export_param(l, slot; grad = true) for slot in (0, 1, 2)]
+        close(s); close(l)
+        (dx, g)
+    end
+    ref = with_prefetches(Int32(0), 0)
+    @test with_prefetches(Int32(0), 1) == ref        # no offload: a no-op
+    @test with_prefetches(alloff, 0) == ref          # bitwise those of keeping everything
+    @test with_prefetches(alloff, 1) == ref
+    @test with_prefetches(alloff, 2) == ref          # twice is harmless
+
+    l = mk(alloff)
+    s = Step(l)
+    err = caught(() -> prefetch!(s))                 # no forward yet
+    @test err isa MoeError && err.status == LibMoE.MOE_ERR_STATE
+    forward(l, s, x)
+    prefetch!(s)
+    backward(l, s, dy)
+    err = caught(() -> prefetch!(s))                 # backward already ran
+    @test err isa MoeError && err.status == LibMoE.MOE_ERR_STATE
+    close(s)
+    @test_throws MoeError prefetch!(s)               # closed step
+    close(l)
+    close(ctx)
+end

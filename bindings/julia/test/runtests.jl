@@ -24,7 +24,7 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.MemoryStats) == 200
         @test sizeof(LibMoE.StepConfig) == 24
         @test sizeof(LibMoE.DispatcherConfig) == 64
-        @test sizeof(LibMoE.RoutingStats) == 64
+        @test sizeof(LibMoE.RoutingStats) == 72   # quant_saturated appended (0.2)
         @test sizeof(LibMoE.AllocatorTable) == 40
         @test sizeof(LibMoE.DLTensor) == 48
         @test sizeof(LibMoE.DLManagedTensor) == 64

@@ -252,6 +252,26 @@ static int32_t cuda_stream_sync(const moe_exec *ex)
     return moe_cuda_check(cudaStreamSynchronize(stream_of(ex)), "cudaStreamSynchronize");
 }
 
+/* The copy stream of a context (activation offload): non-blocking, so that it never waits for the
+ * legacy default stream; ordered against the compute streams by events only. */
+static int32_t cuda_stream_create(const moe_exec *ex, void **stream)
+{
+    int32_t st = enter(ex);
+    if (st) return st;
+    cudaStream_t s = NULL;
+    st = moe_cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    if (!st) *stream = s;
+    return st;
+}
+
+static void cuda_stream_destroy(const moe_exec *ex, void *stream)
+{
+    if (!stream) return;
+    cudaSetDevice(ex->device_id);
+    if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
+    if (cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
+}
+
 /* ---------------------------------------------------------------- graphs */
 static int32_t cuda_graph_begin(const moe_exec *ex)
 {
@@ -306,6 +326,8 @@ const moe_backend moe_backend_cuda = {
     .event_sync = cuda_event_sync,
     .stream_wait_event = cuda_stream_wait_event,
     .stream_sync = cuda_stream_sync,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,

@@ -66,6 +66,7 @@ extern "C" {
         stream: *mut c_void,
     ) -> i32;
     pub fn moe_layer_backward_weights(layer: *mut moe_layer, step: *mut moe_step, stream: *mut c_void) -> i32;
+    pub fn moe_step_prefetch(step: *mut moe_step, stream: *mut c_void) -> i32;
 
     // ---- routing statistics
     pub fn moe_step_routing_stats(step: *const moe_step, stats: *mut moe_routing_stats) -> i32;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use moe_sys as sys;
 
 use crate::config::Routing;
+use crate::device::Stream;
 use crate::error::Result;
 use crate::exported::Exported;
 use crate::unit::{NotSync, Unit};
@@ -74,6 +75,21 @@ impl Step {
             z_loss: s.z_loss,
             quant_saturated: s.quant_saturated,
         })
+    }
+
+    /// Starts reloading this step's offloaded activations (`LayerConfig::offload`) to the device on
+    /// the context's copy stream (`moe_step_prefetch`), so that the layer's backward does not wait
+    /// for the copies: call it for layer i-1 before the backward of layer i. A no-op when nothing is
+    /// offloaded or the reload already started; `Status::State` unless the step's last call was a
+    /// forward that keeps a tape.
+    pub fn prefetch(&mut self) -> Result<()> {
+        self.prefetch_on(Stream::DEFAULT)
+    }
+
+    /// `prefetch`, after the work queued on `stream` so far.
+    pub fn prefetch_on(&mut self, stream: Stream) -> Result<()> {
+        let g = self.unit.enter()?;
+        g.check(unsafe { sys::moe_step_prefetch(self.raw, stream.as_raw()) })
     }
 
     /// A copy of one routing result of the last forward (indices are int32, probs the layer dtype,

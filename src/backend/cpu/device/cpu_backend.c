@@ -117,6 +117,19 @@ static int32_t cpu_stream_sync(const moe_exec *ex)
     return MOE_OK;
 }
 
+/* A second stream is the calling thread too: a distinct token, so that the pool tells it apart from
+ * the NULL stream, with nothing behind it. */
+static char cpu_stream_token;
+
+static int32_t cpu_stream_create(const moe_exec *ex, void **stream)
+{
+    (void)ex;
+    *stream = &cpu_stream_token;
+    return MOE_OK;
+}
+
+static void cpu_stream_destroy(const moe_exec *ex, void *stream) { (void)ex, (void)stream; }
+
 const moe_backend moe_backend_cpu = {
     .name = "cpu",
     .device_type = MOE_DEVICE_CPU,
@@ -141,4 +154,6 @@ const moe_backend moe_backend_cpu = {
     .event_sync = cpu_event_sync,
     .stream_wait_event = cpu_event_sync,
     .stream_sync = cpu_stream_sync,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
 };
