@@ -313,29 +313,27 @@ void demo_model_backward(demo_model *m, const int32_t *inputs, const int32_t *ta
     }
 }
 
+/* The routing statistics of layer l's last step. */
+static moe_routing_stats layer_stats(const demo_model *m, int l)
+{
+    moe_routing_stats rs;
+    memset(&rs, 0, sizeof rs);
+    rs.struct_size = sizeof rs;
+    demo_check(m->ctx, moe_step_routing_stats(m->steps[l], &rs), "moe_step_routing_stats");
+    return rs;
+}
+
 double demo_model_aux_loss(const demo_model *m)
 {
     double total = 0.0;
-    for (int l = 0; l < m->cfg.layers; l++) {
-        moe_routing_stats rs;
-        memset(&rs, 0, sizeof rs);
-        rs.struct_size = sizeof rs;
-        demo_check(m->ctx, moe_step_routing_stats(m->steps[l], &rs), "moe_step_routing_stats");
-        total += rs.aux_loss;
-    }
+    for (int l = 0; l < m->cfg.layers; l++) total += layer_stats(m, l).aux_loss;
     return total;
 }
 
 int64_t demo_model_quant_saturated(const demo_model *m)
 {
     int64_t total = 0;
-    for (int l = 0; l < m->cfg.layers; l++) {
-        moe_routing_stats rs;
-        memset(&rs, 0, sizeof rs);
-        rs.struct_size = sizeof rs;
-        demo_check(m->ctx, moe_step_routing_stats(m->steps[l], &rs), "moe_step_routing_stats");
-        total += rs.quant_saturated;
-    }
+    for (int l = 0; l < m->cfg.layers; l++) total += layer_stats(m, l).quant_saturated;
     return total;
 }
 
