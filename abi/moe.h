@@ -5,7 +5,12 @@
  *  - every fallible call returns int32_t status (MOE_OK = 0); the detailed message is read with
  *    moe_context_last_error() (or moe_last_error() for failures before a context exists);
  *  - config structs begin with {struct_size, api_version, next}; call the matching *_init() first;
- *    zero means "default" for every other field; structs only ever grow (append-only);
+ *    zero means "default" for every other field; structs only ever grow (append-only). The engine
+ *    reads min(struct_size, its size) bytes: an older host's smaller struct is accepted (the fields it
+ *    lacks are default), a newer host's larger one when the bytes beyond the engine's are zero; a size
+ *    below the struct's first release or ending inside a field is MOE_ERR_VERSION (docs/abi.md);
+ *  - output structs (stats, plan results, moe_layer_get_config) receive min(struct_size, engine size)
+ *    bytes, and struct_size is set to the bytes written;
  *  - inputs are borrowed const DLTensor*, outputs are caller-provided DLTensor* or engine-exported
  *    DLManagedTensor* whose deleter the caller calls exactly once;
  *  - nothing the caller passed is modified when a call fails; the library never aborts, exits or prints;
@@ -165,7 +170,8 @@ typedef struct moe_memory_stats {
     int64_t device_allocations; /* raw device allocations made since creation (steady state: constant) */
     int64_t trims;              /* times the cache was emptied (moe_context_memory_trim, out-of-memory retries) */
 } moe_memory_stats;
-/* stats->struct_size must be set by the caller; the engine fills min(struct_size, its size) bytes. */
+/* stats->struct_size must be set by the caller (0.1 hosts: 160); the engine fills n = min(struct_size,
+ * its size) bytes and sets struct_size to n. */
 MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats);
 /* Gives every cached free block back to the device (waiting for the streams that may still use them;
  * stream: NULL = the context's stream). Live allocations are untouched. An allocation that fails is
@@ -277,7 +283,9 @@ MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size)
 MOE_API int32_t moe_layer_create(moe_context *ctx, const moe_layer_config *cfg, moe_layer **out);
 /* Drops the host's reference; exported views keep the storage alive until their deleters run. */
 MOE_API void moe_layer_destroy(moe_layer *layer);
-/* Copies the layer's config with defaults resolved (scaling_factor 1, bias_update_rate 1e-3, ...). */
+/* Copies the layer's config with defaults resolved (scaling_factor 1, bias_update_rate 1e-3, ...).
+ * out->struct_size is set by the caller (moe_layer_config_init); the engine writes n = min(struct_size,
+ * its size) bytes, struct_size = n, api_version = the library's; bytes past n are not touched. */
 MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *out);
 
 /* ---------------------------------------------------------------- parameters
@@ -375,6 +383,8 @@ typedef struct moe_routing_stats {
      * so far (0 without either; current-amax scaling saturates only non-finite values) */
     int64_t quant_saturated;
 } moe_routing_stats;
+/* stats->struct_size is set by the caller (0.1 hosts: 64); the engine fills n = min(struct_size, its
+ * size) bytes and sets struct_size = n. */
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats);
 
 enum {
@@ -670,7 +680,8 @@ enum {
     MOE_PLAN_COMM_NUM = 8
 };
 typedef struct moe_plan_result {
-    uint32_t struct_size;           /* set by the caller; the engine fills min(struct_size, its size) bytes */
+    uint32_t struct_size;           /* set by the caller; the engine fills n = min(struct_size, its size) bytes
+                                     * and sets struct_size = n */
     int32_t stage;                  /* pipeline stage the figures are for: the one needing the most memory */
     int64_t bytes[MOE_PLAN_NUM_CATEGORIES]; /* per GPU of that stage, at the step's peak */
     int64_t total_bytes;

@@ -8,11 +8,9 @@
 #include "api/config_header.h"
 #include "comm/comm_impl.h"
 
-#define COMM_CFG_MIN sizeof(moe_comm_config)
-
 MOE_API int32_t moe_comm_config_init(moe_comm_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_comm_config", cfg, struct_size, sizeof *cfg, COMM_CFG_MIN);
+    return moe_config_init(&moe_desc_comm_config, cfg, struct_size, 1);
 }
 
 /* Copies and checks cfg (NULL = defaults); *timeout_ms receives the resolved timeout. */
@@ -20,7 +18,7 @@ static int32_t resolve_config(moe_context *ctx, const char *fn, const moe_comm_c
 {
     moe_comm_config cfg;
     if (cfg_in) {
-        int32_t st = moe_config_copy(ctx, "moe_comm_config", cfg_in, sizeof cfg, COMM_CFG_MIN, &cfg);
+        int32_t st = moe_config_copy(ctx, &moe_desc_comm_config, cfg_in, &cfg);
         if (st) return st;
     } else {
         moe_comm_config_init(&cfg, sizeof cfg);

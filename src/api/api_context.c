@@ -7,11 +7,9 @@
 #include "core/context.h"
 #include "core/layer.h"
 
-#define CTX_CFG_MIN sizeof(moe_context_config)
-
 MOE_API int32_t moe_context_config_init(moe_context_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_context_config", cfg, struct_size, sizeof *cfg, CTX_CFG_MIN);
+    return moe_config_init(&moe_desc_context_config, cfg, struct_size, 1);
 }
 
 /* Copies a hook table whose first member is struct_size; returns 0 if the size is too small. */
@@ -33,7 +31,7 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
         moe_context_config_init(&dflt, sizeof dflt);
         cfg_in = &dflt;
     }
-    int32_t st = moe_config_copy(NULL, "moe_context_config", cfg_in, sizeof cfg, CTX_CFG_MIN, &cfg);
+    int32_t st = moe_config_copy(NULL, &moe_desc_context_config, cfg_in, &cfg);
     if (st) return st;
     if (cfg.device_type == 0) cfg.device_type = MOE_DEVICE_CPU;
     if (cfg.device_type != MOE_DEVICE_CPU && cfg.device_type != MOE_DEVICE_CUDA)
@@ -130,13 +128,11 @@ MOE_API int32_t moe_step_memory_stats(const moe_step *step, moe_memory_stats *st
     if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_memory_stats: step is NULL");
     moe_context *c = step->layer->ctx;
     if (!stats) return moe_errorf(c, MOE_ERR_INVALID_ARGUMENT, "moe_step_memory_stats: stats is NULL");
-    size_t want = stats->struct_size;
-    if (want < sizeof(uint32_t) * 2)
-        return moe_errorf(c, MOE_ERR_VERSION, "moe_step_memory_stats: stats->struct_size = %zu; set it to "
-                          "sizeof(moe_memory_stats)", want);
+    size_t n = 0;
+    int32_t st = moe_output_size(c, &moe_desc_memory_stats, "moe_step_memory_stats", "stats", stats, &n);
+    if (st) return st;
     moe_memory_stats s;
     memset(&s, 0, sizeof s);
-    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
     for (int i = 0; i < MOE_MEM_NUM_CATEGORIES; i++) {
         s.current_bytes[i] = step->mem_cur[i];
         s.peak_bytes[i] = step->mem_peak[i];
@@ -144,7 +140,7 @@ MOE_API int32_t moe_step_memory_stats(const moe_step *step, moe_memory_stats *st
     }
     s.total_peak_bytes = step->mem_total_peak;
     s.num_allocations = step->mem_live;
-    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
+    moe_output_write(stats, &s, n);
     return MOE_OK;
 }
 
@@ -153,13 +149,11 @@ MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stat
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_stats: ctx is NULL");
     moe_context *c = (moe_context *)ctx;
     if (!stats) return moe_errorf(c, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_stats: stats is NULL");
-    size_t want = stats->struct_size;
-    if (want < sizeof(uint32_t) * 2)
-        return moe_errorf(c, MOE_ERR_VERSION, "moe_context_memory_stats: stats->struct_size = %zu; set it to sizeof(moe_memory_stats)",
-                          want);
+    size_t n = 0;
+    int32_t st = moe_output_size(c, &moe_desc_memory_stats, "moe_context_memory_stats", "stats", stats, &n);
+    if (st) return st;
     moe_memory_stats s;
     memset(&s, 0, sizeof s);
-    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
     memcpy(s.current_bytes, ctx->mem_current, sizeof s.current_bytes);
     memcpy(s.peak_bytes, ctx->mem_peak, sizeof s.peak_bytes);
     s.total_current_bytes = ctx->mem_total_current;
@@ -170,6 +164,6 @@ MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stat
     s.peak_reserved_bytes = ctx->pool_peak_reserved > s.reserved_bytes ? ctx->pool_peak_reserved : s.reserved_bytes;
     s.device_allocations = ctx->dev_allocs;
     s.trims = ctx->trims;
-    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
+    moe_output_write(stats, &s, n);
     return MOE_OK;
 }

@@ -18,12 +18,11 @@
 #include "comm/comm.h"
 #include "core/dispatcher_standalone.h"
 
-#define DISP_CFG_MIN sizeof(moe_dispatcher_config)
 #define BAD(...) moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
 MOE_API int32_t moe_dispatcher_config_init(moe_dispatcher_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_dispatcher_config", cfg, struct_size, sizeof *cfg, DISP_CFG_MIN);
+    return moe_config_init(&moe_desc_dispatcher_config, cfg, struct_size, 1);
 }
 
 /* The fields of a copied config, against docs/math.md §4 and the EP group. */
@@ -68,7 +67,7 @@ MOE_API int32_t moe_dispatcher_create(moe_context *ctx, const moe_dispatcher_con
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_dispatcher_create: ctx is NULL");
     if (!out) return BAD("moe_dispatcher_create: out is NULL");
     moe_dispatcher_config cfg;
-    int32_t st = moe_config_copy(ctx, "moe_dispatcher_config", cfg_in, sizeof cfg, DISP_CFG_MIN, &cfg);
+    int32_t st = moe_config_copy(ctx, &moe_desc_dispatcher_config, cfg_in, &cfg);
     if (st) return st;
     st = check_config(ctx, &cfg, ep_comm);
     if (st) return st;

@@ -9,15 +9,13 @@
 #include "core/layer.h"
 #include "core/tensor_io.h"
 
-#define LAYER_CFG_MIN offsetof(moe_layer_config, graphs) /* 0.1 hosts: graphs and recompute read as 0 */
-
 static const char *const slot_names[MOE_PARAM_NUM_SLOTS] = {
     "MOE_PARAM_ROUTER_WEIGHT", "MOE_PARAM_EXPERT_FC1", "MOE_PARAM_EXPERT_FC2", "MOE_PARAM_SHARED_FC1",
     "MOE_PARAM_SHARED_FC2",    "MOE_PARAM_SHARED_GATE", "MOE_PARAM_EXPERT_BIAS"};
 
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_layer_config", cfg, struct_size, sizeof *cfg, LAYER_CFG_MIN);
+    return moe_config_init(&moe_desc_layer_config, cfg, struct_size, 1);
 }
 
 int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *par_in, moe_layer *L);
@@ -28,7 +26,7 @@ static int32_t create_layer(moe_context *ctx, const moe_layer_config *cfg_in, co
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: ctx is NULL", fn);
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
     moe_layer_config cfg;
-    int32_t st = moe_config_copy(ctx, "moe_layer_config", cfg_in, sizeof cfg, LAYER_CFG_MIN, &cfg);
+    int32_t st = moe_config_copy(ctx, &moe_desc_layer_config, cfg_in, &cfg);
     if (st) return st;
     moe_layer *L = calloc(1, sizeof *L);
     if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -75,15 +73,15 @@ MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *o
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_get_config: layer is NULL");
     moe_context *ctx = layer->ctx;
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_get_config: out is NULL");
-    size_t want = out->struct_size;
-    if (want < LAYER_CFG_MIN)
-        return moe_errorf(ctx, MOE_ERR_VERSION, "moe_layer_get_config: out->struct_size = %zu; call moe_layer_config_init first",
-                          want);
+    /* an older host's smaller struct receives its own fields; a newer host's larger one today's
+     * fields, with struct_size saying how many bytes were written (the rest stay as the host set them) */
+    size_t n = 0;
+    int32_t st = moe_output_size(ctx, &moe_desc_layer_config, "moe_layer_get_config", "out", out, &n);
+    if (st) return st;
     moe_layer_config c = layer->cfg;
-    c.struct_size = (uint32_t)want;
     c.api_version = MOE_API_VERSION;
     c.next = NULL;
-    memcpy(out, &c, sizeof c); /* bytes beyond our size (a newer host's fields) stay as the host set them */
+    moe_output_write(out, &c, n);
     return MOE_OK;
 }
 

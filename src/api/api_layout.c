@@ -6,18 +6,16 @@
 #include "comm/comm.h"
 #include "parallel/layout.h"
 
-#define LAYOUT_CFG_MIN sizeof(moe_layout_config) /* the 0.2 struct is the first release of this one */
-
 MOE_API int32_t moe_layout_config_init(moe_layout_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_layout_config", cfg, struct_size, sizeof *cfg, LAYOUT_CFG_MIN);
+    return moe_config_init(&moe_desc_layout_config, cfg, struct_size, 1);
 }
 
 MOE_API int32_t moe_layout_create(const moe_layout_config *cfg_in, moe_layout **out)
 {
     if (!out) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layout_create: out is NULL");
     moe_layout_config cfg;
-    int32_t st = moe_config_copy(NULL, "moe_layout_config", cfg_in, sizeof cfg, LAYOUT_CFG_MIN, &cfg);
+    int32_t st = moe_config_copy(NULL, &moe_desc_layout_config, cfg_in, &cfg);
     if (st) return st;
     moe_layout tmp;
     st = moe_layout_build(NULL, &cfg, &tmp);

@@ -6,11 +6,9 @@
 #include "core/dispatcher.h"
 #include "core/layer.h"
 
-#define PAR_CFG_MIN sizeof(moe_parallel_config)
-
 MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_parallel_config", cfg, struct_size, sizeof *cfg, PAR_CFG_MIN);
+    return moe_config_init(&moe_desc_parallel_config, cfg, struct_size, 1);
 }
 
 static int32_t check_comm(moe_context *ctx, moe_comm *c, const char *name)
@@ -28,7 +26,7 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
 int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *par_in, moe_layer *L)
 {
     moe_parallel_config par;
-    TRY(moe_config_copy(ctx, "moe_parallel_config", par_in, sizeof par, PAR_CFG_MIN, &par));
+    TRY(moe_config_copy(ctx, &moe_desc_parallel_config, par_in, &par));
     TRY(check_comm(ctx, par.ep_comm, "ep_comm"));
     TRY(check_comm(ctx, par.etp_comm, "etp_comm"));
     TRY(check_comm(ctx, par.aux_comm, "aux_comm"));

@@ -11,11 +11,9 @@
 #include "core/tensor_io.h"
 #include "core/graph.h"
 
-#define STEP_CFG_MIN sizeof(moe_step_config)
-
 MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size)
 {
-    return moe_config_init("moe_step_config", cfg, struct_size, sizeof *cfg, STEP_CFG_MIN);
+    return moe_config_init(&moe_desc_step_config, cfg, struct_size, 1);
 }
 
 MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in, moe_step **out)
@@ -28,7 +26,7 @@ MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in,
         moe_step_config_init(&dflt, sizeof dflt);
         cfg_in = &dflt;
     }
-    int32_t st = moe_config_copy(ctx, "moe_step_config", cfg_in, sizeof cfg, STEP_CFG_MIN, &cfg);
+    int32_t st = moe_config_copy(ctx, &moe_desc_step_config, cfg_in, &cfg);
     if (st) return st;
     if (cfg.mode < MOE_STEP_TRAIN || cfg.mode > MOE_STEP_RECOMPUTE)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.mode = %d; expected MOE_STEP_TRAIN (0), "
@@ -175,20 +173,18 @@ MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *
     if (!step) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_step_routing_stats: step is NULL");
     moe_context *ctx = step->layer->ctx;
     if (!stats) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_routing_stats: stats is NULL");
-    size_t want = stats->struct_size;
-    if (want < 8)
-        return moe_errorf(ctx, MOE_ERR_VERSION, "moe_step_routing_stats: stats->struct_size = %zu; set it to "
-                          "sizeof(moe_routing_stats)", want);
+    size_t n = 0;
+    int32_t st = moe_output_size(ctx, &moe_desc_routing_stats, "moe_step_routing_stats", "stats", stats, &n);
+    if (st) return st;
     if (step->state == MOE_STEP_STATE_EMPTY)
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_routing_stats: no successful forward on this step yet");
     int64_t counts[3];
     double aux = 0, z = 0;
     moe_context_enter(ctx, NULL);
-    int32_t st = moe_step_read_stats((moe_step *)step, counts, &aux, &z); /* copies from the device */
+    st = moe_step_read_stats((moe_step *)step, counts, &aux, &z); /* copies from the device */
     if (st) return st;
     moe_routing_stats s;
     memset(&s, 0, sizeof s);
-    s.struct_size = (uint32_t)(want < sizeof s ? want : sizeof s);
     s.num_tokens = step->T;
     s.num_assignments = step->T * step->layer->K;
     s.dropped = counts[1];
@@ -201,7 +197,7 @@ MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *
         st = moe_copy_to_host(ctx, &ex, &s.quant_saturated, step->tape.qsat.p, sizeof(int64_t));
         if (st) return st;
     }
-    memcpy(stats, &s, want < sizeof s ? want : sizeof s);
+    moe_output_write(stats, &s, n);
     return MOE_OK;
 }
 

@@ -12,7 +12,6 @@
 #include "backend/backend.h"
 #include "core/layer.h"
 
-#define LAYER_CFG_MIN offsetof(moe_layer_config, graphs) /* as api_layer.c */
 #define LOCAL_ROW_ALIGN 32                               /* MOE_LOCAL_ROW_ALIGN of dispatch_local.c */
 #define INIT_STAGE_BYTES (sizeof(float) * ((size_t)1 << 16)) /* params.c: INIT_CHUNK floats of staging */
 
@@ -29,14 +28,13 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
 {
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: ctx is NULL");
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: out is NULL");
-    if (out->struct_size < offsetof(moe_memory_stats, cached_bytes))
-        return moe_errorf(ctx, MOE_ERR_VERSION, "moe_plan_layer_estimate: out->struct_size = %u; set it to sizeof(moe_memory_stats)",
-                          out->struct_size);
+    size_t n = 0;
+    TRY(moe_output_size(ctx, &moe_desc_memory_stats, "moe_plan_layer_estimate", "out", out, &n));
     if (tokens < 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld; expected >= 0",
                           (long long)tokens);
     moe_layer_config cfg;
-    TRY(moe_config_copy(ctx, "moe_layer_config", cfg_in, sizeof cfg, LAYER_CFG_MIN, &cfg));
+    TRY(moe_config_copy(ctx, &moe_desc_layer_config, cfg_in, &cfg));
     moe_layer L;
     memset(&L, 0, sizeof L);
     TRY(moe_layer_resolve_config(ctx, &cfg, &L));
@@ -99,13 +97,14 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
         a += 2 * charged(rx * max64(max64(H, F1), F), 2);                 /* wg16[2] of backward_weights */
 
     const int64_t persistent = w + g + ws_ctx + ws_layer;
-    memset((char *)out + sizeof out->struct_size, 0,
-           (out->struct_size < sizeof *out ? out->struct_size : sizeof *out) - sizeof out->struct_size);
-    out->peak_bytes[MOE_MEM_WEIGHTS] = w;
-    out->peak_bytes[MOE_MEM_GRADS] = g;
-    out->peak_bytes[MOE_MEM_ACTIVATIONS] = a;
-    out->peak_bytes[MOE_MEM_WORKSPACE] = ws_peak;
+    moe_memory_stats s;
+    memset(&s, 0, sizeof s);
+    s.peak_bytes[MOE_MEM_WEIGHTS] = w;
+    s.peak_bytes[MOE_MEM_GRADS] = g;
+    s.peak_bytes[MOE_MEM_ACTIVATIONS] = a;
+    s.peak_bytes[MOE_MEM_WORKSPACE] = ws_peak;
     /* the staging of the initialisation is freed before any step exists */
-    out->total_peak_bytes = max64(persistent - ws_ctx - ws_layer + ws_peak, persistent + a);
+    s.total_peak_bytes = max64(persistent - ws_ctx - ws_layer + ws_peak, persistent + a);
+    moe_output_write(out, &s, n);
     return MOE_OK;
 }

@@ -11,17 +11,15 @@
 #include "api/config_header.h"
 #include "core/layer.h"
 
-#define PLAN_MODEL_MIN sizeof(moe_plan_model)
-#define PLAN_PAR_MIN sizeof(moe_plan_parallel)
 
 MOE_API int32_t moe_plan_model_init(moe_plan_model *model, size_t struct_size)
 {
-    return moe_config_init("moe_plan_model", model, struct_size, sizeof *model, PLAN_MODEL_MIN);
+    return moe_config_init(&moe_desc_plan_model, model, struct_size, 1);
 }
 
 MOE_API int32_t moe_plan_parallel_init(moe_plan_parallel *par, size_t struct_size)
 {
-    return moe_config_init("moe_plan_parallel", par, struct_size, sizeof *par, PLAN_PAR_MIN);
+    return moe_config_init(&moe_desc_plan_parallel, par, struct_size, 1);
 }
 
 /* ---------------------------------------------------------------- presets */
@@ -31,8 +29,8 @@ MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, m
     if (!model) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_model_preset: model is NULL");
     moe_plan_model m;
     moe_plan_parallel p;
-    TRY(moe_config_copy(NULL, "moe_plan_model", model, sizeof m, PLAN_MODEL_MIN, &m));
-    if (par) TRY(moe_config_copy(NULL, "moe_plan_parallel", par, sizeof p, PLAN_PAR_MIN, &p));
+    TRY(moe_config_copy(NULL, &moe_desc_plan_model, model, &m));
+    if (par) TRY(moe_config_copy(NULL, &moe_desc_plan_parallel, par, &p));
     uint32_t msize = model->struct_size, psize = par ? par->struct_size : 0;
     moe_plan_model_init(&m, sizeof m);
     moe_plan_parallel_init(&p, sizeof p);
@@ -155,8 +153,8 @@ static double layer_acts(const plan *P, int64_t l, int32_t rec)
 static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, plan *P)
 {
     memset(P, 0, sizeof *P);
-    TRY(moe_config_copy(NULL, "moe_plan_model", min, sizeof P->m, PLAN_MODEL_MIN, &P->m));
-    TRY(moe_config_copy(NULL, "moe_plan_parallel", pin, sizeof P->p, PLAN_PAR_MIN, &P->p));
+    TRY(moe_config_copy(NULL, &moe_desc_plan_model, min, &P->m));
+    TRY(moe_config_copy(NULL, &moe_desc_plan_parallel, pin, &P->p));
     const moe_plan_model *m = &P->m;
     const moe_plan_parallel *p = &P->p;
 #define BAD(...) moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: " __VA_ARGS__)
@@ -330,9 +328,8 @@ static void estimate_stage(const plan *P, int64_t s, stage_est *o, double *param
 MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out)
 {
     if (!out) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: out is NULL");
-    if (out->struct_size < sizeof(moe_plan_result))
-        return moe_errorf(NULL, MOE_ERR_VERSION, "moe_plan_estimate: out->struct_size = %u; set it to "
-                          "sizeof(moe_plan_result) (%zu)", out->struct_size, sizeof(moe_plan_result));
+    size_t n = 0;
+    TRY(moe_output_size(NULL, &moe_desc_plan_result, "moe_plan_estimate", "out", out, &n));
     plan P;
     TRY(resolve(model, par, &P));
     stage_est best = {{0}, {0}, 0}, cur;
@@ -346,7 +343,6 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
     }
     moe_plan_result r;
     memset(&r, 0, sizeof r);
-    r.struct_size = out->struct_size < sizeof r ? out->struct_size : (uint32_t)sizeof r;
     r.stage = (int32_t)best_stage;
     for (int c = 0; c < MOE_PLAN_NUM_CATEGORIES; c++) {
         r.bytes[c] = (int64_t)llround(best.bytes[c]);
@@ -357,7 +353,6 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
     r.fits = P.p.device_memory_bytes > 0 ? r.total_bytes <= P.p.device_memory_bytes : -1;
     r.params_total = (int64_t)llround(params_total);
     r.params_per_gpu = (int64_t)llround(best.params);
-    r.struct_size = out->struct_size;
-    memcpy(out, &r, sizeof r);
+    moe_output_write(out, &r, n);
     return MOE_OK;
 }

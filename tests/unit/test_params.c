@@ -544,15 +544,18 @@ START_TEST(test_memory_stats)
     ck_assert_int_eq(s1.total_current_bytes, sum);
     ck_assert_int_ge(s1.total_peak_bytes, s1.total_current_bytes);
     ck_assert_int_ge(s1.num_allocations, nw + ng);
-    /* a caller's older, smaller struct: only its bytes are written */
+    /* a caller's older, smaller struct (the 0.1 layout, up to num_allocations): only its bytes are written */
+    const size_t v01 = offsetof(moe_memory_stats, cached_bytes);
     moe_memory_stats part;
     memset(&part, 0x5A, sizeof part);
-    part.struct_size = (uint32_t)offsetof(moe_memory_stats, peak_bytes);
+    part.struct_size = (uint32_t)v01;
     ck_assert_int_eq(moe_context_memory_stats(ctx, &part), MOE_OK);
+    ck_assert_uint_eq(part.struct_size, v01);
     ck_assert_int_eq(part.current_bytes[MOE_MEM_WEIGHTS], w);
     ck_assert_int_eq(part.current_bytes[MOE_MEM_GRADS], g);
-    const unsigned char *tail = (const unsigned char *)&part + offsetof(moe_memory_stats, peak_bytes);
-    for (size_t i = 0; i < sizeof part - offsetof(moe_memory_stats, peak_bytes); i++) ck_assert_uint_eq(tail[i], 0x5A);
+    ck_assert_int_eq(part.num_allocations, s1.num_allocations);
+    const unsigned char *tail = (const unsigned char *)&part + v01;
+    for (size_t i = 0; i < sizeof part - v01; i++) ck_assert_uint_eq(tail[i], 0x5A);
     moe_layer_destroy(L);
     moe_memory_stats s2 = stats_of(ctx);
     ck_assert_int_eq(s2.current_bytes[MOE_MEM_WEIGHTS], 0);
