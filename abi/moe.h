@@ -338,8 +338,19 @@ typedef struct moe_step_config {
     uint32_t api_version;
     const void *next;
     int32_t mode;           /* MOE_STEP_* */
-    float aux_loss_scale;   /* factor on aux/z-loss gradients (the host's main-loss scale); 0 = 1.0 */
+    /* factor on the aux- and z-loss gradients (the host's main-loss scale, e.g. 1/num_microbatches);
+     * 0 = 1.0, unless flags has MOE_STEP_EXPLICIT_AUX_SCALE. The reported loss values never include it. */
+    float aux_loss_scale;
+    /* since 0.2 (struct_size covers them): MOE_STEP_* flag bits below; 0 = none */
+    int32_t flags;
+    int32_t reserved0;
 } moe_step_config;
+/* Bits of moe_step_config.flags. */
+enum {
+    /* aux_loss_scale is used as given, 0 included: with 0 the step reports the aux and z-loss values
+     * (moe_step_routing_stats) but adds nothing to any gradient, exactly as a layer without the losses */
+    MOE_STEP_EXPLICIT_AUX_SCALE = 1
+};
 
 MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size);
 /* A step is the tape of one forward. Several steps of one layer may be in flight (micro-batches). */
@@ -351,7 +362,8 @@ MOE_API void moe_step_destroy(moe_step *step);
  * context's stream (ignored on CPU). Router arithmetic is fp32 whatever the dtype (fp64 for FP64). */
 MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream);
 /* Full backward: dx [T, H] is overwritten; parameter gradients are accumulated (or overwritten, per
- * the grad mode). Aux and z-loss gradients are added into the router's, times aux_loss_scale. */
+ * the grad mode). Aux and z-loss gradients are added into the router's, times the step's aux-loss
+ * scale (none at all when that scale is an explicit 0). */
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream);
 /* The two phases of backward, for pipeline schedules that delay weight gradients:
  * backward_data computes dx (and keeps what the weight phase needs); backward_weights adds the

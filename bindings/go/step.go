@@ -19,15 +19,20 @@ const (
 
 // StepConfig mirrors moe_step_config; zero means the default.
 type StepConfig struct {
-	Mode         StepMode
-	AuxLossScale float32 // factor on aux / z-loss gradients; 0 = 1.0
+	Mode StepMode
+	// AuxLossScale is the factor on the aux / z-loss gradients; 0 = 1.0 unless ExplicitAuxLossScale.
+	AuxLossScale float32
+	// ExplicitAuxLossScale uses AuxLossScale as given, 0 included (MOE_STEP_EXPLICIT_AUX_SCALE):
+	// AuxLossScale 0 then reports the aux and z-loss values but adds nothing to any gradient.
+	ExplicitAuxLossScale bool
 }
 
 // NewStepConfig returns the defaults of moe_step_config_init.
 func NewStepConfig() StepConfig {
 	var c C.moe_step_config
 	C.moe_step_config_init(&c, C.sizeof_moe_step_config)
-	return StepConfig{Mode: StepMode(c.mode), AuxLossScale: float32(c.aux_loss_scale)}
+	return StepConfig{Mode: StepMode(c.mode), AuxLossScale: float32(c.aux_loss_scale),
+		ExplicitAuxLossScale: c.flags&C.MOE_STEP_EXPLICIT_AUX_SCALE != 0}
 }
 
 // Step is the tape of one forward; several steps of a layer may be in flight (micro-batches).
@@ -46,6 +51,9 @@ func NewStep(layer *Layer, cfg *StepConfig) (*Step, error) {
 	C.moe_step_config_init(&c, C.sizeof_moe_step_config)
 	c.mode = C.int32_t(cfg.Mode)
 	c.aux_loss_scale = C.float(cfg.AuxLossScale)
+	if cfg.ExplicitAuxLossScale {
+		c.flags |= C.MOE_STEP_EXPLICIT_AUX_SCALE
+	}
 	var ptr *C.moe_step
 	if err := layer.call(func(p *C.moe_layer) C.int32_t { return C.moe_step_create(p, &c, &ptr) }); err != nil {
 		return nil, err

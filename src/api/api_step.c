@@ -31,14 +31,23 @@ MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in,
     if (cfg.mode < MOE_STEP_TRAIN || cfg.mode > MOE_STEP_RECOMPUTE)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.mode = %d; expected MOE_STEP_TRAIN (0), "
                           "MOE_STEP_EVAL (1) or MOE_STEP_RECOMPUTE (2)", cfg.mode);
+    if (cfg.flags & ~MOE_STEP_EXPLICIT_AUX_SCALE)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.flags = %d; expected 0 or "
+                          "MOE_STEP_EXPLICIT_AUX_SCALE (1)", cfg.flags);
+    if (cfg.reserved0 != 0)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.reserved0 = %d; expected 0", cfg.reserved0);
+    const int explicit_scale = (cfg.flags & MOE_STEP_EXPLICIT_AUX_SCALE) != 0;
     if (!isfinite(cfg.aux_loss_scale) || cfg.aux_loss_scale < 0)
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.aux_loss_scale = %g; expected a finite value > 0 "
-                          "(0 = 1.0)", (double)cfg.aux_loss_scale);
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_config.aux_loss_scale = %g; expected a finite value >= 0 "
+                          "(%s)", (double)cfg.aux_loss_scale,
+                          explicit_scale ? "MOE_STEP_EXPLICIT_AUX_SCALE: 0 = no aux / z-loss gradient"
+                                         : "0 = 1.0; set MOE_STEP_EXPLICIT_AUX_SCALE in flags for a scale of 0");
     moe_step *s = calloc(1, sizeof *s);
     if (!s) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_step_create: out of memory");
     s->layer = layer;
     s->mode = cfg.mode;
-    s->aux_loss_scale = cfg.aux_loss_scale > 0 ? (double)cfg.aux_loss_scale : 1.0;
+    /* 0 = 1.0 for hosts that leave the field zero (0.1 structs included); explicit: as given */
+    s->aux_loss_scale = explicit_scale || cfg.aux_loss_scale > 0 ? (double)cfg.aux_loss_scale : 1.0;
     s->capacity = -1;
     moe_layer_retain(layer);
     *out = s;

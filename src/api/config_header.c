@@ -26,6 +26,7 @@ static const moe_struct_field layer_config_grown[] = {
     FIELD(moe_layer_config, quant_recipe), FIELD(moe_layer_config, fp8_storage), FIELD(moe_layer_config, reserved3),
 };
 static const moe_struct_field routing_stats_grown[] = {FIELD(moe_routing_stats, quant_saturated)};
+static const moe_struct_field step_config_grown[] = {FIELD(moe_step_config, flags), FIELD(moe_step_config, reserved0)};
 
 /* 0.1 had the context, layer and step configs, the two stats structs and the hook tables; the
  * fields each gained in 0.2 are listed above (abi/moe.h marks them "since 0.2"). */
@@ -39,7 +40,9 @@ const moe_struct_desc moe_desc_memory_stats = {"moe_memory_stats", sizeof(moe_me
 const moe_struct_desc moe_desc_layer_config = {"moe_layer_config", sizeof(moe_layer_config),
                                                offsetof(moe_layer_config, graphs), "0.1", layer_config_grown,
                                                NGROWN(layer_config_grown)};
-const moe_struct_desc moe_desc_step_config = UNCHANGED(moe_step_config, "0.1");
+const moe_struct_desc moe_desc_step_config = {"moe_step_config", sizeof(moe_step_config),
+                                              offsetof(moe_step_config, flags), "0.1", step_config_grown,
+                                              NGROWN(step_config_grown)};
 const moe_struct_desc moe_desc_routing_stats = {"moe_routing_stats", sizeof(moe_routing_stats),
                                                 offsetof(moe_routing_stats, quant_saturated), "0.1",
                                                 routing_stats_grown, NGROWN(routing_stats_grown)};

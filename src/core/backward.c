@@ -18,16 +18,18 @@
 #include "core/graph.h"
 
 /* Router backward: dlogits [T,E] = route_bwd(dprobs) + aux and z-loss gradients (times the scale; the
- * aux coefficients were scaled by the forward). */
+ * aux coefficients were scaled by the forward). A scale of 0 (MOE_STEP_EXPLICIT_AUX_SCALE) adds nothing:
+ * the losses' ops are skipped, so dlogits is exactly that of a layer without them. */
 static int32_t router_backward(moe_layer *L, moe_step *step, const moe_exec *e)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t T = step->T, E = L->E;
     TRY(moe_mem_zero(L->ctx, e, tp->dlogits.p, (size_t)(T * E) * L->ops->elem_size));
     OP(route_bwd, e, &L->route, T, tp->logits.p, tp->idx.p, tp->dprobs.p, tp->dlogits.p);
-    if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0 && L->cfg.aux_loss_coeff > 0)
+    const int scaled = step->aux_loss_scale != 0;
+    if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0 && L->cfg.aux_loss_coeff > 0 && scaled)
         OP(aux_bwd, e, L->cfg.score_function, L->E, T, T / step->B, tp->logits.p, tp->aux_coef.p, tp->dlogits.p);
-    if (L->cfg.z_loss_coeff > 0 && T > 0)
+    if (L->cfg.z_loss_coeff > 0 && T > 0 && scaled)
         OP(zloss_bwd, e, L->E, T, tp->logits.p, (double)L->cfg.z_loss_coeff * step->aux_loss_scale / (double)T,
            tp->dlogits.p);
     return MOE_OK;

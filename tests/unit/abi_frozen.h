@@ -175,7 +175,15 @@ typedef struct moe02_layer_config {
     int32_t reserved3;
 } moe02_layer_config;
 
-typedef moe01_step_config moe02_step_config;
+typedef struct moe02_step_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    int32_t mode;
+    float aux_loss_scale;
+    int32_t flags;
+    int32_t reserved0;
+} moe02_step_config;
 
 typedef struct moe02_routing_stats {
     uint32_t struct_size;

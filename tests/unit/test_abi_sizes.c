@@ -158,6 +158,7 @@ START_TEST(frozen_layouts_are_prefixes_of_today)
     SAME(moe02_layer_config, moe_layer_config, offload); SAME(moe02_layer_config, moe_layer_config, quant_recipe);
     SAME(moe02_layer_config, moe_layer_config, fp8_storage); SAME(moe02_layer_config, moe_layer_config, reserved3);
     GROWS(moe02_step_config, moe_step_config);
+    SAME(moe02_step_config, moe_step_config, flags); SAME(moe02_step_config, moe_step_config, reserved0);
     GROWS(moe02_routing_stats, moe_routing_stats);
     SAME(moe02_routing_stats, moe_routing_stats, quant_saturated);
     GROWS(moe02_comm_config, moe_comm_config);
@@ -460,6 +461,19 @@ START_TEST(context_and_step_config_0_1)
     moe_step *s = NULL;
     ck_assert_int_eq(moe_step_create(L, (const moe_step_config *)(void *)sc, &s), MOE_OK);
     moe_step_destroy(s);
+    /* 0.1 plus `flags` (a prefix of whole fields) is accepted; half of `flags` is not */
+    moe_step_config sfull;
+    ck_assert_int_eq(moe_step_config_init(&sfull, sizeof sfull), MOE_OK);
+    sfull.struct_size = (uint32_t)offsetof(moe_step_config, reserved0);
+    sfull.flags = MOE_STEP_EXPLICIT_AUX_SCALE;
+    s = NULL;
+    ck_assert_int_eq(moe_step_create(L, &sfull, &s), MOE_OK);
+    moe_step_destroy(s);
+    sfull.struct_size = (uint32_t)offsetof(moe_step_config, flags) + 2;
+    s = NULL;
+    ck_assert_int_eq(moe_step_create(L, &sfull, &s), MOE_ERR_VERSION);
+    ck_assert_ptr_null(s);
+    expect_msg(ctx, MOE_ERR_VERSION, "moe_step_config.struct_size", "flags");
     /* below the first release: refused */
     sc->struct_size = sizeof *sc - 8;
     s = NULL;

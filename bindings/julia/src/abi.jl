@@ -108,6 +108,8 @@ const GRAD_OVERWRITE = Int32(1)
 const STEP_TRAIN = Int32(0)
 const STEP_EVAL = Int32(1)
 const STEP_RECOMPUTE = Int32(2)
+# moe_step_config.flags: aux_loss_scale used as given, 0 included (the `explicit_aux_loss_scale` keyword of Step)
+const STEP_EXPLICIT_AUX_SCALE = Int32(1)
 
 const ROUTING_EXPERT_INDICES = Int32(0)
 const ROUTING_PROBS = Int32(1)
@@ -175,6 +177,8 @@ mutable struct StepConfig
     next::Ptr{Cvoid}
     mode::Int32
     aux_loss_scale::Float32
+    flags::Int32       # STEP_EXPLICIT_AUX_SCALE (since 0.2)
+    reserved0::Int32
 end
 
 mutable struct DispatcherConfig

@@ -1,18 +1,23 @@
 # Step: the tape of one forward, and the forward / backward calls that use it.
 
 """
-    Step(layer; mode = STEP_TRAIN, aux_loss_scale = 0)
+    Step(layer; mode = STEP_TRAIN, aux_loss_scale = 0, explicit_aux_loss_scale = false)
 
 One forward's tape (`moe_step_create`). `mode` is `STEP_TRAIN`, `STEP_EVAL` or `STEP_RECOMPUTE`;
-`aux_loss_scale` 0 means 1. Freed by `close(step)` (idempotent) or its finalizer.
+`aux_loss_scale` is the factor on the aux / z-loss gradients, 0 meaning 1, unless
+`explicit_aux_loss_scale = true` (`STEP_EXPLICIT_AUX_SCALE`): then it is used as given, and 0 reports the
+aux and z-loss values (`routing_stats`) while adding nothing to any gradient.
+Freed by `close(step)` (idempotent) or its finalizer.
 """
 mutable struct Step
     ptr::Ptr{Cvoid}
     layer::Layer
-    function Step(layer::Layer; mode::Integer = STEP_TRAIN, aux_loss_scale::Real = 0)
+    function Step(layer::Layer; mode::Integer = STEP_TRAIN, aux_loss_scale::Real = 0,
+                  explicit_aux_loss_scale::Bool = false)
         cfg = blank_config(StepConfig, :moe_step_config_init)
         cfg.mode = mode
         cfg.aux_loss_scale = aux_loss_scale
+        cfg.flags = explicit_aux_loss_scale ? STEP_EXPLICIT_AUX_SCALE : Int32(0)
         out = Ref{Ptr{Cvoid}}(C_NULL)
         st = GC.@preserve layer @ccall $(fn(:moe_step_create))(handle(layer)::Ptr{Cvoid}, cfg::Ref{StepConfig},
                                                               out::Ref{Ptr{Cvoid}})::Int32

@@ -22,7 +22,7 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.LayerConfig) == 160
         @test fieldoffset(LibMoE.LayerConfig, Base.fieldindex(LibMoE.LayerConfig, :graphs)) == 136
         @test sizeof(LibMoE.MemoryStats) == 200
-        @test sizeof(LibMoE.StepConfig) == 24
+        @test sizeof(LibMoE.StepConfig) == 32
         @test sizeof(LibMoE.DispatcherConfig) == 64
         @test sizeof(LibMoE.RoutingStats) == 72   # quant_saturated appended (0.2)
         @test sizeof(LibMoE.AllocatorTable) == 40
@@ -52,4 +52,5 @@ include("hooks_helpers.jl")
     include("two_rank_tests.jl")
     include("device_tests.jl")
     include("plan_tests.jl")
+    include("aux_scale_tests.jl")
 end

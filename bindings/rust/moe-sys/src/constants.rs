@@ -110,6 +110,8 @@ pub const MOE_GRAD_OVERWRITE: i32 = 1;
 pub const MOE_STEP_TRAIN: i32 = 0;
 pub const MOE_STEP_EVAL: i32 = 1;
 pub const MOE_STEP_RECOMPUTE: i32 = 2;
+/// moe_step_config.flags: aux_loss_scale used as given, 0 included (losses reported, no gradient)
+pub const MOE_STEP_EXPLICIT_AUX_SCALE: i32 = 1;
 pub const MOE_ROUTING_EXPERT_INDICES: i32 = 0;
 pub const MOE_ROUTING_PROBS: i32 = 1;
 pub const MOE_ROUTING_TOKENS_PER_EXPERT: i32 = 2;

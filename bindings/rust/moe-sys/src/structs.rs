@@ -99,7 +99,11 @@ pub struct moe_step_config {
     pub api_version: u32,
     pub next: *const c_void,
     pub mode: i32,
+    /// 0 = 1.0 unless `flags` has `MOE_STEP_EXPLICIT_AUX_SCALE`
     pub aux_loss_scale: f32,
+    /// MOE_STEP_EXPLICIT_AUX_SCALE bits (since 0.2, struct_size covers it)
+    pub flags: i32,
+    pub reserved0: i32,
 }
 
 #[repr(C)]

@@ -50,7 +50,7 @@ fn rust_layouts() -> Vec<Layout> {
             shared_ffn_hidden_size, shared_gate, param_dtype, nonfinite_policy, reserved0, seed, graphs, recompute,
             offload, quant_recipe, fp8_storage, reserved3
         }),
-        layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale }),
+        layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale, flags, reserved0 }),
         layout!(moe_routing_stats {
             struct_size, reserved, num_tokens, num_assignments, dropped, padded_rows, capacity, aux_loss, z_loss,
             quant_saturated

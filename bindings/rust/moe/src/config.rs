@@ -131,6 +131,10 @@ impl LayerConfig {
 }
 
 /// `moe_step_config`: the mode and the factor on aux / z-loss gradients.
+///
+/// `aux_loss_scale(s)` keeps the C default "0 = 1.0"; `explicit_aux_loss_scale(s)` uses `s` as given,
+/// so `explicit_aux_loss_scale(0.0)` reports the aux and z-loss values (`Step::routing_stats`) while
+/// adding nothing to any gradient. The later call wins.
 #[derive(Debug, Clone, Copy)]
 pub struct StepConfig {
     pub(crate) raw: sys::moe_step_config,
@@ -148,8 +152,22 @@ impl StepConfig {
 
     setters! {
         mode: StepMode => |c, v| c.mode = v.code();
-        /// 0 = 1.0
-        aux_loss_scale: f32 => |c, v| c.aux_loss_scale = v;
+        /// factor on the aux / z-loss gradients; 0 = 1.0
+        aux_loss_scale: f32 => |c, v| {
+            c.aux_loss_scale = v;
+            c.flags &= !sys::MOE_STEP_EXPLICIT_AUX_SCALE
+        };
+        /// factor on the aux / z-loss gradients, 0 included: 0 = the losses are reported but send no
+        /// gradient (`MOE_STEP_EXPLICIT_AUX_SCALE`)
+        explicit_aux_loss_scale: f32 => |c, v| {
+            c.aux_loss_scale = v;
+            c.flags |= sys::MOE_STEP_EXPLICIT_AUX_SCALE
+        };
+    }
+
+    /// The C struct.
+    pub fn raw(&self) -> &sys::moe_step_config {
+        &self.raw
     }
 
     pub fn raw_mut(&mut self) -> &mut sys::moe_step_config {
