@@ -199,6 +199,17 @@ enum {
     MOE_NONFINITE_PROPAGATE = 1 /* no check; NaN/Inf flow through as IEEE arithmetic makes them */
 };
 
+/* Float fields. Every `float` of a config struct (scaling_factor, bias_update_rate, aux_loss_coeff,
+ * z_loss_coeff, capacity_factor here, moe_step_config.aux_loss_scale) is read one way: as the decimal
+ * the host wrote, i.e. the shortest decimal (at most 9 significant digits) that rounds to that float,
+ * taken as the nearest double (0.1f -> 0.1, 1.1f -> 1.1, not 1.10000002384...); the engine computes
+ * with that double. Why: hosts write decimals (literals, config files, Python and Julia floats) and their
+ * references compute in double from the same literal, so the layer matches them: the capacity
+ * ceil(T*K/E * f) for T*K/E = 250 and f = 1.1f is 275 as math.ceil(250 * 1.1) gives, where the float's
+ * exact value gives 276; loss values are alpha * L with the decimal alpha. Nothing is lost: the double
+ * rounds back to the same float, and a short binary fraction (1.25f) reads as itself. `double` fields
+ * (moe_dispatcher_config.capacity_factor) are used as given, so a dispatcher with 1.1 and a layer with
+ * 1.1f have the same capacity. docs/math.md §1 and §4.1. */
 typedef struct moe_layer_config {
     uint32_t struct_size;
     uint32_t api_version;

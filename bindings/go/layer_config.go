@@ -126,7 +126,9 @@ const (
 )
 
 // LayerConfig mirrors moe_layer_config (abi/moe.h documents each field); zero means the default.
-// HiddenSize, FFNHiddenSize, NumExperts and TopK are required.
+// HiddenSize, FFNHiddenSize, NumExperts and TopK are required. The float32 fields are read by the
+// library as the shortest decimal that rounds to them (0.1 stays 0.1, not 0.100000001; abi/moe.h
+// "Float fields").
 type LayerConfig struct {
 	HiddenSize          int64
 	FFNHiddenSize       int64

@@ -6,6 +6,7 @@
 #include "api/config_header.h"
 #include "api/dlpack_export.h"
 #include "api/tensor_check.h"
+#include "base/decimal.h"
 #include "comm/comm.h"
 #include "core/layer.h"
 #include "core/tensor_io.h"
@@ -47,7 +48,7 @@ MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in,
     s->layer = layer;
     s->mode = cfg.mode;
     /* 0 = 1.0 for hosts that leave the field zero (0.1 structs included); explicit: as given */
-    s->aux_loss_scale = explicit_scale || cfg.aux_loss_scale > 0 ? (double)cfg.aux_loss_scale : 1.0;
+    s->aux_loss_scale = explicit_scale || cfg.aux_loss_scale > 0 ? moe_float_decimal(cfg.aux_loss_scale) : 1.0;
     s->capacity = -1;
     moe_layer_retain(layer);
     *out = s;

@@ -30,7 +30,7 @@ static int32_t router_backward(moe_layer *L, moe_step *step, const moe_exec *e)
     if (L->cfg.aux_loss_type != MOE_AUX_NONE && T > 0 && L->cfg.aux_loss_coeff > 0 && scaled)
         OP(aux_bwd, e, L->cfg.score_function, L->E, T, T / step->B, tp->logits.p, tp->aux_coef.p, tp->dlogits.p);
     if (L->cfg.z_loss_coeff > 0 && T > 0 && scaled)
-        OP(zloss_bwd, e, L->E, T, tp->logits.p, (double)L->cfg.z_loss_coeff * step->aux_loss_scale / (double)T,
+        OP(zloss_bwd, e, L->E, T, tp->logits.p, L->z_loss_coeff * step->aux_loss_scale / (double)T,
            tp->dlogits.p);
     return MOE_OK;
 }

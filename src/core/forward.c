@@ -110,7 +110,7 @@ static int32_t route(moe_layer *L, moe_step *step, const moe_exec *e)
         OP(fill_i64, e, 1, T, tp->ntok.p); /* the group's token total starts as this rank's */
         TRY(reduce_aux_counts(L, step, e));
         moe_aux_params ap = {L->cfg.aux_loss_type, L->E, K, step->mode == MOE_STEP_TRAIN, step->B, T,
-                             (double)L->cfg.aux_loss_coeff, step->aux_loss_scale};
+                             L->aux_loss_coeff, step->aux_loss_scale};
         OP(aux_loss, e, &ap, tp->aux_counts.p, tp->aux_sums.p, tp->ntok.p, L->global_state, tp->aux_coef.p, losses);
     }
     if (L->cfg.z_loss_coeff > 0 && T > 0) OP(zloss_fwd, e, L->E, T, tp->logits.p, losses + 1);

@@ -46,6 +46,8 @@ struct moe_layer {
     int32_t E, K;
     double capacity_factor; /* 0 = dropless */
     double bias_update_rate; /* u, as the decimal the host wrote */
+    double aux_loss_coeff;   /* alpha, likewise (moe_float_decimal) */
+    double z_loss_coeff;     /* beta, likewise */
     moe_route_params route;
     int32_t grad_mode;
     /* parallel layout (moe_layer_create_parallel); single rank: sizes 1, local dispatcher */

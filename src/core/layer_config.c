@@ -1,22 +1,12 @@
 /* Validation of a layer config against docs/math.md, and the resolved (defaults filled) copy. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "base/decimal.h"
 #include "core/dispatcher.h"
 #include "core/experts_quant.h"
 
 #define BAD(...) moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, __VA_ARGS__)
-
-/* The float the host wrote, as the decimal it most likely meant (1.1f -> 1.1), so that
- * ceil(T*K/E * factor) matches a host computing in double from the same literal. */
-static double float_as_decimal(float f)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.7g", (double)f);
-    return strtod(buf, NULL);
-}
 
 int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, moe_layer *L)
 {
@@ -132,8 +122,11 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     L->S = c.seq_length;
     L->E = c.num_experts;
     L->K = c.top_k;
-    L->capacity_factor = c.capacity_factor > 0 ? float_as_decimal(c.capacity_factor) : 0.0;
-    L->bias_update_rate = float_as_decimal(c.bias_update_rate);
+    /* every float field as the decimal the host wrote (moe_float_decimal; abi/moe.h "Float fields") */
+    L->capacity_factor = c.capacity_factor > 0 ? moe_float_decimal(c.capacity_factor) : 0.0;
+    L->bias_update_rate = moe_float_decimal(c.bias_update_rate);
+    L->aux_loss_coeff = moe_float_decimal(c.aux_loss_coeff);
+    L->z_loss_coeff = moe_float_decimal(c.z_loss_coeff);
     /* single rank until moe_layer_create_parallel says otherwise */
     L->disp = &moe_dispatch_local;
     L->ep_size = L->etp_size = 1;
@@ -148,6 +141,6 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     L->route.score_function = c.score_function;
     L->route.num_groups = c.num_groups;
     L->route.group_topk = c.group_topk;
-    L->route.scaling_factor = float_as_decimal(c.scaling_factor);
+    L->route.scaling_factor = moe_float_decimal(c.scaling_factor);
     return MOE_OK;
 }

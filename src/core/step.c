@@ -95,6 +95,6 @@ int32_t moe_step_read_stats(moe_step *step, int64_t stats[3], double *aux_loss, 
     double losses[2];
     TRY(moe_copy_to_host(L->ctx, &ex, losses, step->tape.losses.p, sizeof losses));
     *aux_loss = L->cfg.aux_loss_type != MOE_AUX_NONE ? losses[0] : 0.0;
-    *z_loss = L->cfg.z_loss_coeff > 0 && step->T > 0 ? (double)L->cfg.z_loss_coeff * losses[1] / (double)step->T : 0.0;
+    *z_loss = L->cfg.z_loss_coeff > 0 && step->T > 0 ? L->z_loss_coeff * losses[1] / (double)step->T : 0.0;
     return MOE_OK;
 }

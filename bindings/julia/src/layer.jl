@@ -7,7 +7,8 @@
 A MoE layer. Keywords are the fields of `moe_layer_config` by name (`activation = LibMoE.ACT_SWIGLU`,
 `score_function`, `expert_bias`, `aux_loss_type`, `aux_loss_coeff`, `z_loss_coeff`, `capacity_factor`,
 `param_dtype`, `seed`, ...); omitted ones are 0, the library's default. `LayerConfig(; kwargs...)`
-builds the config on its own.
+builds the config on its own. The `Float32` fields are read by the library as the shortest decimal that
+rounds to them (`0.1` stays 0.1, not 0.100000001; abi/moe.h "Float fields").
 
 The parallel keywords (either form) spread the layer over ranks (`moe_layer_create_parallel`;
 docs/math.md §8): `ep`, `etp`, `aux`, `edp`, `dp`, `bias` are [`Comm`](@ref)s of the same context (the

@@ -62,7 +62,9 @@ macro_rules! setters {
 pub(crate) use setters;
 
 /// `moe_layer_config`. `LayerConfig::new(H, F, E, K)` sets the required fields; the rest keep the
-/// defaults of `moe_layer_config_init` until a setter changes them.
+/// defaults of `moe_layer_config_init` until a setter changes them. The `f32` fields are read by the
+/// library as the shortest decimal that rounds to them (`0.1` stays 0.1, not 0.100000001; abi/moe.h
+/// "Float fields").
 #[derive(Debug, Clone, Copy)]
 pub struct LayerConfig {
     pub(crate) raw: sys::moe_layer_config,
