@@ -170,6 +170,8 @@ typedef struct moe_memory_stats {
     int64_t device_allocations; /* raw device allocations made since creation (steady state: constant) */
     int64_t trims;              /* times the cache was emptied (moe_context_memory_trim, out-of-memory retries) */
 } moe_memory_stats;
+/* (0.2) Zeroes struct_size bytes of stats and sets stats->struct_size (bindings: sizeof their struct). */
+MOE_API int32_t moe_memory_stats_init(moe_memory_stats *stats, size_t struct_size);
 /* stats->struct_size must be set by the caller (0.1 hosts: 160); the engine fills n = min(struct_size,
  * its size) bytes and sets struct_size to n. */
 MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats);
@@ -406,6 +408,9 @@ typedef struct moe_routing_stats {
      * so far (0 without either; current-amax scaling saturates only non-finite values) */
     int64_t quant_saturated;
 } moe_routing_stats;
+/* (0.2) Zeroes struct_size bytes of stats and sets stats->struct_size, like the config *_init functions
+ * (the struct has no api_version: the engine writes it, the host only says how large it is). */
+MOE_API int32_t moe_routing_stats_init(moe_routing_stats *stats, size_t struct_size);
 /* stats->struct_size is set by the caller (0.1 hosts: 64); the engine fills n = min(struct_size, its
  * size) bytes and sets struct_size = n. */
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats);
@@ -721,6 +726,8 @@ MOE_API int32_t moe_plan_parallel_init(moe_plan_parallel *par, size_t struct_siz
 /* Fills model and par (both from their *_init first) with a published model and its published
  * training layout: "deepseek-v3", "qwen3-235b-a22b", "mixtral-8x7b" (docs/planner.md). par may be NULL. */
 MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, moe_plan_parallel *par);
+/* Zeroes struct_size bytes of out and sets out->struct_size. */
+MOE_API int32_t moe_plan_result_init(moe_plan_result *out, size_t struct_size);
 MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out);
 /* One MoE layer of this engine on one rank: the ledger's peaks (moe_context_memory_stats) of creating
  * a layer with cfg on ctx and running one training forward and backward of `tokens` tokens, predicted
@@ -730,6 +737,83 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
  * every routed row as kept and the mean padding of the single-rank dispatcher's row alignment. */
 MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config *cfg, int64_t tokens,
                                         moe_memory_stats *out);
+
+/* ================================================================ introspection (0.2)
+ * What a host that cannot read this header's macros and enums (a binding, a reader of config files or
+ * logs) asks the library at run time: the size of every struct with struct_size, and the name of every
+ * constant. The ids below only grow; an id this library does not know (a newer host's) is answered
+ * with MOE_ERR_INVALID_ARGUMENT or NULL, never guessed. */
+
+/* The structs with struct_size. */
+enum {
+    MOE_STRUCT_CONTEXT_CONFIG = 0,
+    MOE_STRUCT_ALLOCATOR = 1,
+    MOE_STRUCT_LOGGER = 2,
+    MOE_STRUCT_PROFILER = 3,
+    MOE_STRUCT_MEMORY_STATS = 4,
+    MOE_STRUCT_LAYER_CONFIG = 5,
+    MOE_STRUCT_STEP_CONFIG = 6,
+    MOE_STRUCT_ROUTING_STATS = 7,
+    MOE_STRUCT_COMM_CONFIG = 8,
+    MOE_STRUCT_COMM_HOOKS = 9,
+    MOE_STRUCT_LAYOUT_CONFIG = 10,
+    MOE_STRUCT_PARALLEL_CONFIG = 11,
+    MOE_STRUCT_DISPATCHER_CONFIG = 12,
+    MOE_STRUCT_PLAN_MODEL = 13,
+    MOE_STRUCT_PLAN_PARALLEL = 14,
+    MOE_STRUCT_PLAN_RESULT = 15
+};
+/* *size = the struct's size in this library (its sizeof); *min_size = its size in its first release, the
+ * smallest struct_size the library accepts (docs/abi.md lists both). Either pointer may be NULL. A host
+ * compares *size with the size it was built with: smaller means an older library (the host's extra
+ * fields must then stay zero), larger a newer one. kind unknown: MOE_ERR_INVALID_ARGUMENT. */
+MOE_API int32_t moe_struct_size(int32_t kind, size_t *size, size_t *min_size);
+
+/* Families of constants, for moe_enum_name / moe_enum_value. Families marked "bits" are bit sets: a
+ * name belongs to each single bit, a combination of bits has none. */
+enum {
+    MOE_ENUM_FAMILY = 0,            /* these MOE_ENUM_* ids themselves */
+    MOE_ENUM_STATUS = 1,            /* MOE_OK and the MOE_ERR_* statuses */
+    MOE_ENUM_FEATURE = 2,           /* MOE_FEATURE_* (bits) */
+    MOE_ENUM_LOG_LEVEL = 3,         /* MOE_LOG_* */
+    MOE_ENUM_DEVICE = 4,            /* MOE_DEVICE_* */
+    MOE_ENUM_MEM = 5,               /* MOE_MEM_* ledger categories */
+    MOE_ENUM_ACTIVATION = 6,        /* MOE_ACT_* */
+    MOE_ENUM_SCORE = 7,             /* MOE_SCORE_* */
+    MOE_ENUM_AUX = 8,               /* MOE_AUX_* */
+    MOE_ENUM_DROP = 9,              /* MOE_DROP_* */
+    MOE_ENUM_DTYPE = 10,            /* MOE_DTYPE_* (INT64 included) */
+    MOE_ENUM_NONFINITE = 11,        /* MOE_NONFINITE_* */
+    MOE_ENUM_GRAPHS = 12,           /* MOE_GRAPHS_* */
+    MOE_ENUM_LAYER_RECOMPUTE = 13,  /* MOE_LAYER_RECOMPUTE_* (bits) */
+    MOE_ENUM_LAYER_OFFLOAD = 14,    /* MOE_LAYER_OFFLOAD_* (bits) */
+    MOE_ENUM_QUANT = 15,            /* MOE_QUANT_* */
+    MOE_ENUM_LAYER_FP8_STORE = 16,  /* MOE_LAYER_FP8_STORE_* (bits) */
+    MOE_ENUM_PARAM = 17,            /* MOE_PARAM_* parameter slots */
+    MOE_ENUM_GRAD_MODE = 18,        /* MOE_GRAD_* */
+    MOE_ENUM_STEP_MODE = 19,        /* MOE_STEP_TRAIN, MOE_STEP_EVAL, MOE_STEP_RECOMPUTE */
+    MOE_ENUM_STEP_FLAG = 20,        /* moe_step_config.flags (bits) */
+    MOE_ENUM_ROUTING = 21,          /* MOE_ROUTING_* */
+    MOE_ENUM_COMM = 22,             /* MOE_COMM_* communicator kinds */
+    MOE_ENUM_GROUP = 23,            /* MOE_GROUP_* */
+    MOE_ENUM_DISPATCHER = 24,       /* MOE_DISPATCHER_* */
+    MOE_ENUM_COMBINE = 25,          /* MOE_COMBINE_* */
+    MOE_ENUM_PLAN_ATTN = 26,        /* MOE_PLAN_ATTN_* */
+    MOE_ENUM_PLAN_RECOMPUTE = 27,   /* MOE_RECOMPUTE_* of moe_plan_parallel */
+    MOE_ENUM_PLAN_OFFLOAD = 28,     /* MOE_OFFLOAD_* of moe_plan_parallel (bits) */
+    MOE_ENUM_PLAN_CATEGORY = 29,    /* the categories of moe_plan_result.bytes */
+    MOE_ENUM_PLAN_COMM = 30,        /* MOE_PLAN_COMM_* */
+    MOE_ENUM_STRUCT = 31            /* MOE_STRUCT_* */
+};
+/* The name of a constant as this header spells it ("MOE_ACT_GELU", "MOE_PARAM_EXPERT_FC1"), a static
+ * string; NULL when the family has no constant of that value (or the family is unknown). The counts
+ * (MOE_PARAM_NUM_SLOTS, ...) are no values and have no name, so a host may list a dense family by
+ * asking for 0, 1, 2, ... until NULL (MOE_ENUM_DEVICE starts at 1; bit sets: 1, 2, 4, ...). */
+MOE_API const char *moe_enum_name(int32_t family, int64_t value);
+/* The value of the constant named `name` (the full name, as moe_enum_name returns it) in family.
+ * MOE_ERR_INVALID_ARGUMENT, with a message naming the argument, when the family is unknown, name or
+ * value is NULL, or the family has no such name; *value is then untouched. */
+MOE_API int32_t moe_enum_value(int32_t family, const char *name, int64_t *value);
 
 #ifdef __cplusplus
 }

@@ -133,7 +133,7 @@ const (
 // MemoryStats reads the context's memory ledger.
 func (c *Context) MemoryStats() (MemoryStats, error) {
 	var s C.moe_memory_stats
-	s.struct_size = C.sizeof_moe_memory_stats
+	C.moe_memory_stats_init(&s, C.sizeof_moe_memory_stats)
 	var out MemoryStats
 	if err := c.call(func(p *C.moe_context) C.int32_t { return C.moe_context_memory_stats(p, &s) }); err != nil {
 		return out, err

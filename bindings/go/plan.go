@@ -140,7 +140,7 @@ func PlanPreset(name string) (PlanModel, PlanParallel, error) {
 func PlanEstimate(model PlanModel, par PlanParallel) (PlanResult, error) {
 	m, p := model.toC(), par.toC()
 	var r C.moe_plan_result
-	r.struct_size = C.sizeof_moe_plan_result
+	C.moe_plan_result_init(&r, C.sizeof_moe_plan_result)
 	var out PlanResult
 	if err := callC(func() C.int32_t { return C.moe_plan_estimate(&m, &p, &r) }); err != nil {
 		return out, err
@@ -162,7 +162,7 @@ func PlanEstimate(model PlanModel, par PlanParallel) (PlanResult, error) {
 func (c *Context) PlanLayerEstimate(cfg LayerConfig, tokens int64) (MemoryStats, error) {
 	lc := cfg.toC()
 	var s C.moe_memory_stats
-	s.struct_size = C.sizeof_moe_memory_stats
+	C.moe_memory_stats_init(&s, C.sizeof_moe_memory_stats)
 	var out MemoryStats
 	if err := c.call(func(p *C.moe_context) C.int32_t { return C.moe_plan_layer_estimate(p, &lc, C.int64_t(tokens), &s) }); err != nil {
 		return out, err

@@ -118,7 +118,7 @@ type RoutingStats struct {
 // current and peak, in the ledger's bytes (moe_step_memory_stats).
 func (s *Step) MemoryStats() (MemoryStats, error) {
 	var c C.moe_memory_stats
-	c.struct_size = C.sizeof_moe_memory_stats
+	C.moe_memory_stats_init(&c, C.sizeof_moe_memory_stats)
 	if err := s.call(func(p *C.moe_step) C.int32_t { return C.moe_step_memory_stats(p, &c) }); err != nil {
 		return MemoryStats{}, err
 	}
@@ -127,7 +127,7 @@ func (s *Step) MemoryStats() (MemoryStats, error) {
 
 func (s *Step) RoutingStats() (RoutingStats, error) {
 	var c C.moe_routing_stats
-	c.struct_size = C.sizeof_moe_routing_stats
+	C.moe_routing_stats_init(&c, C.sizeof_moe_routing_stats)
 	if err := s.call(func(p *C.moe_step) C.int32_t { return C.moe_step_routing_stats(p, &c) }); err != nil {
 		return RoutingStats{}, err
 	}

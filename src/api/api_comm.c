@@ -10,7 +10,7 @@
 
 MOE_API int32_t moe_comm_config_init(moe_comm_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_comm_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_comm_config, cfg, struct_size);
 }
 
 /* Copies and checks cfg (NULL = defaults); *timeout_ms receives the resolved timeout. */

@@ -9,7 +9,7 @@
 
 MOE_API int32_t moe_context_config_init(moe_context_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_context_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_context_config, cfg, struct_size);
 }
 
 /* Copies a hook table whose first member is struct_size; returns 0 if the size is too small. */
@@ -113,6 +113,11 @@ MOE_API int32_t moe_context_num_threads(const moe_context *ctx, int32_t *out)
     if (!out) return moe_errorf((moe_context *)ctx, MOE_ERR_INVALID_ARGUMENT, "moe_context_num_threads: out is NULL");
     *out = ctx->num_threads;
     return MOE_OK;
+}
+
+MOE_API int32_t moe_memory_stats_init(moe_memory_stats *stats, size_t struct_size)
+{
+    return moe_output_init(&moe_desc_memory_stats, stats, struct_size, "stats");
 }
 
 MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream)

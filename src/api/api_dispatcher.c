@@ -22,7 +22,7 @@
 
 MOE_API int32_t moe_dispatcher_config_init(moe_dispatcher_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_dispatcher_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_dispatcher_config, cfg, struct_size);
 }
 
 /* The fields of a copied config, against docs/math.md §4 and the EP group. */

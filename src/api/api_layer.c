@@ -9,13 +9,9 @@
 #include "core/layer.h"
 #include "core/tensor_io.h"
 
-static const char *const slot_names[MOE_PARAM_NUM_SLOTS] = {
-    "MOE_PARAM_ROUTER_WEIGHT", "MOE_PARAM_EXPERT_FC1", "MOE_PARAM_EXPERT_FC2", "MOE_PARAM_SHARED_FC1",
-    "MOE_PARAM_SHARED_FC2",    "MOE_PARAM_SHARED_GATE", "MOE_PARAM_EXPERT_BIAS"};
-
 MOE_API int32_t moe_layer_config_init(moe_layer_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_layer_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_layer_config, cfg, struct_size);
 }
 
 int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *par_in, moe_layer *L);
@@ -92,7 +88,7 @@ static int32_t check_slot(const moe_layer *layer, const char *fn, int32_t slot)
                           "MOE_PARAM_EXPERT_BIAS (6)", fn, slot);
     if (!layer->slot[slot].present)
         return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: slot %s does not exist in this layer's config", fn,
-                          slot_names[slot]);
+                          moe_enum_name(MOE_ENUM_PARAM, slot));
     return MOE_OK;
 }
 
@@ -111,7 +107,7 @@ static int32_t view(moe_layer *layer, const char *fn, int32_t slot, int32_t grad
     const moe_slot_info *si = &layer->slot[slot];
     if (grad && !si->has_grad)
         return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: slot %s has no gradient (it is updated by "
-                          "moe_layer_update_expert_bias)", fn, slot_names[slot]);
+                          "moe_layer_update_expert_bias)", fn, moe_enum_name(MOE_ENUM_PARAM, slot));
     void *data = grad ? layer->grad[slot].p : layer->param[slot].p;
     return moe_export_view(layer, data, moe_dl_dtype(grad ? si->grad_dtype : si->dtype), si->ndim, si->shape, out);
 }
@@ -162,7 +158,7 @@ MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t g
     if (grad != 0 && grad != 1)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: grad = %d; expected 0 (parameter) or 1 (gradient)", grad);
     if (grad && !si->has_grad)
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: slot %s has no gradient", slot_names[slot]);
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_export_param: slot %s has no gradient", moe_enum_name(MOE_ENUM_PARAM, slot));
     int32_t dt = grad ? si->grad_dtype : si->dtype;
     st = moe_check_tensor_strided(ctx, dst, "dst", si->ndim, si->shape, dt, -1);
     if (st) return st;

@@ -8,7 +8,7 @@
 
 MOE_API int32_t moe_layout_config_init(moe_layout_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_layout_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_layout_config, cfg, struct_size);
 }
 
 MOE_API int32_t moe_layout_create(const moe_layout_config *cfg_in, moe_layout **out)

@@ -8,7 +8,7 @@
 
 MOE_API int32_t moe_parallel_config_init(moe_parallel_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_parallel_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_parallel_config, cfg, struct_size);
 }
 
 static int32_t check_comm(moe_context *ctx, moe_comm *c, const char *name)

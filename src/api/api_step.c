@@ -14,7 +14,7 @@
 
 MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_step_config, cfg, struct_size, 1);
+    return moe_config_init(&moe_desc_step_config, cfg, struct_size);
 }
 
 MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in, moe_step **out)
@@ -176,6 +176,11 @@ MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTen
     st = moe_layer_backward_data_run(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex);
     if (!st) st = moe_layer_backward_weights_run(layer, step, &ex);
     return moe_range_unwind(layer->ctx, depth, st);
+}
+
+MOE_API int32_t moe_routing_stats_init(moe_routing_stats *stats, size_t struct_size)
+{
+    return moe_output_init(&moe_desc_routing_stats, stats, struct_size, "stats");
 }
 
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats)

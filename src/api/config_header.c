@@ -112,21 +112,31 @@ int32_t moe_config_copy(moe_context *ctx, const moe_struct_desc *d, const void *
     return MOE_OK;
 }
 
-int32_t moe_config_init(const moe_struct_desc *d, void *cfg, size_t struct_size, int with_header)
+static int32_t init_struct(const moe_struct_desc *d, void *p, size_t struct_size, const char *arg, int with_header)
 {
-    if (!cfg) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s_init: %s is NULL", d->name, with_header ? "cfg" : "stats");
+    if (!p) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s_init: %s is NULL", d->name, arg);
     char what[96];
     snprintf(what, sizeof what, "%s_init: struct_size", d->name);
     int32_t st = moe_struct_check_size(NULL, d, struct_size, what);
     if (st) return st;
-    memset(cfg, 0, struct_size);
+    memset(p, 0, struct_size);
     uint32_t size32 = (uint32_t)struct_size;
-    memcpy(cfg, &size32, sizeof size32);
+    memcpy(p, &size32, sizeof size32);
     if (with_header) {
         moe_config_head head = {size32, MOE_API_VERSION, NULL};
-        memcpy(cfg, &head, sizeof head);
+        memcpy(p, &head, sizeof head);
     }
     return MOE_OK;
+}
+
+int32_t moe_config_init(const moe_struct_desc *d, void *cfg, size_t struct_size)
+{
+    return init_struct(d, cfg, struct_size, "cfg", 1);
+}
+
+int32_t moe_output_init(const moe_struct_desc *d, void *out, size_t struct_size, const char *arg)
+{
+    return init_struct(d, out, struct_size, arg, 0);
 }
 
 int32_t moe_output_size(moe_context *ctx, const moe_struct_desc *d, const char *fn, const char *arg, const void *out,

@@ -50,8 +50,11 @@ int32_t moe_struct_check_size(moe_context *ctx, const moe_struct_desc *d, size_t
  * beyond today's size that are not zero (a newer host asking for something this engine lacks). */
 int32_t moe_config_copy(moe_context *ctx, const moe_struct_desc *d, const void *src, void *dst);
 /* Implements the *_init(cfg, size) functions of config structs: zeroes `size` bytes and writes the
- * header. with_header = 0: an output struct, whose only header field is struct_size. */
-int32_t moe_config_init(const moe_struct_desc *d, void *cfg, size_t struct_size, int with_header);
+ * header {struct_size, api_version, next}. */
+int32_t moe_config_init(const moe_struct_desc *d, void *cfg, size_t struct_size);
+/* Implements the *_init(out, size) functions of output structs (struct_size is their only header
+ * field); arg names the pointer in the message. */
+int32_t moe_output_init(const moe_struct_desc *d, void *out, size_t struct_size, const char *arg);
 
 /* Outputs: checks the struct_size the caller set in `out` (fn, arg: the function and argument for the
  * message) and returns in *n the bytes the engine writes, min(struct_size, today's size). */

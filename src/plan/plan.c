@@ -14,12 +14,12 @@
 
 MOE_API int32_t moe_plan_model_init(moe_plan_model *model, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_plan_model, model, struct_size, 1);
+    return moe_config_init(&moe_desc_plan_model, model, struct_size);
 }
 
 MOE_API int32_t moe_plan_parallel_init(moe_plan_parallel *par, size_t struct_size)
 {
-    return moe_config_init(&moe_desc_plan_parallel, par, struct_size, 1);
+    return moe_config_init(&moe_desc_plan_parallel, par, struct_size);
 }
 
 /* ---------------------------------------------------------------- presets */
@@ -323,6 +323,11 @@ static void estimate_stage(const plan *P, int64_t s, stage_est *o, double *param
                                          : 2 * (nedp - 1) / nedp * expert * (double)P->gb;
     }
     if (P->pp > 1) o->comm[MOE_PLAN_COMM_PP] = 2.0 * M * (double)P->vpp * P->ts * H * d;
+}
+
+MOE_API int32_t moe_plan_result_init(moe_plan_result *out, size_t struct_size)
+{
+    return moe_output_init(&moe_desc_plan_result, out, struct_size, "out");
 }
 
 MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out)

@@ -16,6 +16,7 @@ include("library.jl")
 include("abi.jl")
 include("abi_parallel.jl")
 include("errors.jl")
+include("introspect.jl")
 include("dlpack.jl")
 include("allocator.jl")
 include("context.jl")
@@ -37,6 +38,7 @@ export Comm, CommHooks, Layout, LayerConfig, build_features, status_string, memo
 export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispatch_backward, local_experts
 export dispatch_rows!, combine!, combine_backward!, dispatch_backward!
 export PlanModel, PlanParallel, PlanResult, plan_preset, plan_estimate, plan_layer_estimate
+export struct_size, enum_name, enum_value
 
 # The library handle and resolved symbols are per process: never reuse ones from a precompile run.
 function __init__()

@@ -58,8 +58,7 @@ The context's memory ledger (`moe_context_memory_stats`): bytes per category (`c
 `cached_bytes`, `reserved_bytes`, `peak_reserved_bytes`, `device_allocations` and `trims`.
 """
 function memory_stats(ctx::Context)
-    z = ntuple(_ -> Int64(0), 8)
-    out = Ref(MemoryStats(sizeof(MemoryStats), 0, z, z, 0, 0, 0, 0, 0, 0, 0, 0))
+    out = blank_output(MemoryStats, :moe_memory_stats_init)
     GC.@preserve ctx begin
         p = handle(ctx)
         check(@ccall($(fn(:moe_context_memory_stats))(p::Ptr{Cvoid}, out::Ref{MemoryStats})::Int32), p)

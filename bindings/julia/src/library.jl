@@ -29,6 +29,8 @@ const SYMBOL_NAMES = (
     :moe_parallel_config_init, :moe_layer_create_parallel, :moe_layer_reduce_grads,
     :moe_plan_model_init, :moe_plan_parallel_init, :moe_plan_model_preset, :moe_plan_estimate,
     :moe_plan_layer_estimate,
+    :moe_struct_size, :moe_enum_name, :moe_enum_value, :moe_routing_stats_init, :moe_memory_stats_init,
+    :moe_plan_result_init,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 

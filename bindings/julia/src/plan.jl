@@ -114,8 +114,7 @@ Per-GPU bytes by category (`bytes[PLAN_* + 1]`), bytes sent per step by group
 (`comm_bytes[PLAN_COMM_* + 1]`), `fits` (1, 0, or -1 when `par.device_memory_bytes` is 0).
 """
 function plan_estimate(model::PlanModel, par::PlanParallel)
-    z = ntuple(_ -> Int64(0), 8)
-    out = Ref(PlanResult(sizeof(PlanResult), 0, z, 0, 0, 0, 0, z, 0, 0))
+    out = blank_output(PlanResult, :moe_plan_result_init)
     check(@ccall($(fn(:moe_plan_estimate))(model::Ref{PlanModel}, par::Ref{PlanParallel}, out::Ref{PlanResult})::Int32))
     out[]
 end
@@ -127,8 +126,7 @@ The ledger's peaks (`peak_bytes`, `total_peak_bytes`) of creating a layer with `
 running one training forward and backward of `tokens` tokens (`moe_plan_layer_estimate`).
 """
 function plan_layer_estimate(ctx::Context, cfg::LayerConfig, tokens::Integer)
-    z = ntuple(_ -> Int64(0), 8)
-    out = Ref(MemoryStats(sizeof(MemoryStats), 0, z, z, 0, 0, 0, 0, 0, 0, 0, 0))
+    out = blank_output(MemoryStats, :moe_memory_stats_init)
     GC.@preserve ctx begin
         p = handle(ctx)
         check(@ccall($(fn(:moe_plan_layer_estimate))(p::Ptr{Cvoid}, cfg::Ref{LayerConfig}, Int64(tokens)::Int64,

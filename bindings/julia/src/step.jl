@@ -144,8 +144,7 @@ What the step holds (`moe_step_memory_stats`): its tape (`MEM_ACTIVATIONS`) and 
 (`MEM_HOST`), current and peak, in the ledger's bytes; the pool fields are 0.
 """
 function memory_stats(step::Step)
-    z = ntuple(_ -> Int64(0), 8)
-    out = Ref(MemoryStats(sizeof(MemoryStats), 0, z, z, 0, 0, 0, 0, 0, 0, 0, 0))
+    out = blank_output(MemoryStats, :moe_memory_stats_init)
     GC.@preserve step begin
         st = @ccall $(fn(:moe_step_memory_stats))(handle(step)::Ptr{Cvoid}, out::Ref{MemoryStats})::Int32
         check(st, step.layer.ctxp)
@@ -157,7 +156,7 @@ end
     routing_stats(step) -> RoutingStats
 """
 function routing_stats(step::Step)
-    out = Ref(RoutingStats(sizeof(RoutingStats), 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0))
+    out = blank_output(RoutingStats, :moe_routing_stats_init)
     GC.@preserve step begin
         st = @ccall $(fn(:moe_step_routing_stats))(handle(step)::Ptr{Cvoid}, out::Ref{RoutingStats})::Int32
         check(st, step.layer.ctxp)

@@ -53,4 +53,5 @@ include("hooks_helpers.jl")
     include("device_tests.jl")
     include("plan_tests.jl")
     include("aux_scale_tests.jl")
+    include("introspect_tests.jl")
 end

@@ -21,6 +21,7 @@ extern "C" {
     pub fn moe_context_create(cfg: *const moe_context_config, out: *mut *mut moe_context) -> i32;
     pub fn moe_context_destroy(ctx: *mut moe_context);
     pub fn moe_context_num_threads(ctx: *const moe_context, out: *mut i32) -> i32;
+    pub fn moe_memory_stats_init(stats: *mut moe_memory_stats, struct_size: usize) -> i32;
     pub fn moe_context_memory_stats(ctx: *const moe_context, stats: *mut moe_memory_stats) -> i32;
     pub fn moe_context_memory_trim(ctx: *mut moe_context, stream: *mut c_void) -> i32;
 
@@ -69,6 +70,7 @@ extern "C" {
     pub fn moe_step_prefetch(step: *mut moe_step, stream: *mut c_void) -> i32;
 
     // ---- routing statistics
+    pub fn moe_routing_stats_init(stats: *mut moe_routing_stats, struct_size: usize) -> i32;
     pub fn moe_step_routing_stats(step: *const moe_step, stats: *mut moe_routing_stats) -> i32;
     pub fn moe_step_memory_stats(step: *const moe_step, stats: *mut moe_memory_stats) -> i32;
     pub fn moe_step_export_routing(step: *const moe_step, what: i32, out: *mut *mut DLManagedTensor) -> i32;
@@ -200,6 +202,7 @@ extern "C" {
     pub fn moe_plan_model_init(model: *mut moe_plan_model, struct_size: usize) -> i32;
     pub fn moe_plan_parallel_init(par: *mut moe_plan_parallel, struct_size: usize) -> i32;
     pub fn moe_plan_model_preset(name: *const c_char, model: *mut moe_plan_model, par: *mut moe_plan_parallel) -> i32;
+    pub fn moe_plan_result_init(out: *mut moe_plan_result, struct_size: usize) -> i32;
     pub fn moe_plan_estimate(
         model: *const moe_plan_model,
         par: *const moe_plan_parallel,
@@ -211,4 +214,9 @@ extern "C" {
         tokens: i64,
         out: *mut moe_memory_stats,
     ) -> i32;
+
+    // ---- introspection
+    pub fn moe_struct_size(kind: i32, size: *mut usize, min_size: *mut usize) -> i32;
+    pub fn moe_enum_name(family: i32, value: i64) -> *const c_char;
+    pub fn moe_enum_value(family: i32, name: *const c_char, value: *mut i64) -> i32;
 }

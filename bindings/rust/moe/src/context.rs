@@ -169,10 +169,7 @@ impl Context {
 
     pub fn memory_stats(&self) -> Result<MemoryStats> {
         let g = self.unit.enter()?;
-        let mut s = sys::moe_memory_stats {
-            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
-            ..Default::default()
-        };
+        let mut s = crate::introspect::memory_stats_init()?;
         g.check(unsafe { sys::moe_context_memory_stats(self.unit.ctx(), &mut s) })?;
         Ok(MemoryStats::from_raw(&s))
     }
@@ -182,10 +179,7 @@ impl Context {
     /// (`moe_plan_layer_estimate`); the other fields are 0.
     pub fn plan_layer_estimate(&self, cfg: &crate::config::LayerConfig, tokens: i64) -> Result<MemoryStats> {
         let g = self.unit.enter()?;
-        let mut s = sys::moe_memory_stats {
-            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
-            ..Default::default()
-        };
+        let mut s = crate::introspect::memory_stats_init()?;
         g.check(unsafe { sys::moe_plan_layer_estimate(self.unit.ctx(), cfg.raw(), tokens, &mut s) })?;
         Ok(MemoryStats { peak_bytes: s.peak_bytes, total_peak_bytes: s.total_peak_bytes, ..Default::default() })
     }

@@ -36,7 +36,8 @@ pub fn plan_preset(name: &str) -> Result<(PlanModel, PlanParallel)> {
 
 /// Per-GPU memory and per-step communication of `model` under `par`.
 pub fn plan_estimate(model: &PlanModel, par: &PlanParallel) -> Result<PlanResult> {
-    let mut r = PlanResult { struct_size: std::mem::size_of::<PlanResult>() as u32, ..Default::default() };
+    let mut r = PlanResult::default();
+    init_ok(unsafe { sys::moe_plan_result_init(&mut r, std::mem::size_of::<PlanResult>()) })?;
     check_no_context(unsafe { sys::moe_plan_estimate(model, par, &mut r) })?;
     Ok(r)
 }

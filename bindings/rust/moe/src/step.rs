@@ -50,20 +50,17 @@ impl Step {
     /// and peak, in the ledger's bytes (`moe_step_memory_stats`).
     pub fn memory_stats(&self) -> Result<crate::MemoryStats> {
         let g = self.unit.enter()?;
-        let mut s = sys::moe_memory_stats {
-            struct_size: std::mem::size_of::<sys::moe_memory_stats>() as u32,
-            ..Default::default()
-        };
+        let mut s = crate::introspect::memory_stats_init()?;
         g.check(unsafe { sys::moe_step_memory_stats(self.raw, &mut s) })?;
         Ok(crate::MemoryStats::from_raw(&s))
     }
 
     pub fn routing_stats(&self) -> Result<RoutingStats> {
         let g = self.unit.enter()?;
-        let mut s = sys::moe_routing_stats {
-            struct_size: std::mem::size_of::<sys::moe_routing_stats>() as u32,
-            ..Default::default()
-        };
+        let mut s = sys::moe_routing_stats::default();
+        crate::config::init_ok(unsafe {
+            sys::moe_routing_stats_init(&mut s, std::mem::size_of::<sys::moe_routing_stats>())
+        })?;
         g.check(unsafe { sys::moe_step_routing_stats(self.raw, &mut s) })?;
         Ok(RoutingStats {
             num_tokens: s.num_tokens,
