@@ -71,7 +71,8 @@ fi
 current="ctest (build/)"; section "$current"
 ctest_args=(--test-dir build --output-on-failure --no-tests=error)
 if ((have_gpu == 0)); then ctest_args+=(-LE gpu); fi
-ctest "${ctest_args[@]}"
+# Check's 4 s per test is tight for the layer tests on a loaded 2-core machine
+CK_TIMEOUT_MULTIPLIER=3 ctest "${ctest_args[@]}"
 done_section "$current"
 
 # ---------------------------------------------------------------- 3. sanitizers
