@@ -281,6 +281,7 @@ int main(void)
 {
     Suite *s = suite_create("backend_contract");
     TCase *tc = tcase_create("contract");
+    tcase_set_timeout(tc, 120); /* whole layers per backend: seconds on a loaded machine */
     tcase_add_test(tc, dropless_reads_counts_once);
     tcase_add_test(tc, capacity_without_padding_reads_counts_once);
     tcase_add_test(tc, static_shapes_read_nothing);

@@ -147,6 +147,7 @@ int main(void)
 {
     Suite *s = suite_create("recompute");
     TCase *tc = tcase_create("policies");
+    tcase_set_timeout(tc, 120); /* three layers per policy: seconds under ASan or load, beyond Check's 4 s */
     tcase_add_test(tc, dropless_policies_match_keeping_all);
     tcase_add_test(tc, capacity_bias_shared_policies_match_keeping_all);
     tcase_add_test(tc, policy_checked);
