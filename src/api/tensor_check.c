@@ -109,8 +109,14 @@ static int32_t check_common(moe_context *ctx, const DLTensor *t, const char *nam
     }
     int32_t st = check_span(ctx, t, name);
     if (st) return st;
-    if (!t->data && moe_tensor_numel(t) > 0)
+    const int64_t numel = moe_tensor_numel(t);
+    if (!t->data && numel > 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s.data is NULL for a non-empty tensor", name);
+    /* elements are read and written as their C type: the first one must be aligned to its size */
+    const uintptr_t elem = t->dtype.bits / 8;
+    if (numel > 0 && ((uintptr_t)t->data + (uintptr_t)t->byte_offset) % elem != 0)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: data + byte_offset (%p + %llu) is not aligned to its "
+                          "%u-byte elements", name, t->data, (unsigned long long)t->byte_offset, (unsigned)elem);
     return MOE_OK;
 }
 
