@@ -239,10 +239,11 @@ static int32_t host_counts(moe_layer *layer, const moe_exec *ex, const DLTensor 
     int64_t *h = malloc(sizeof(int64_t) * (size_t)E);
     if (!h) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
     st = moe_copy_to_host(ctx, ex, h, n, sizeof(int64_t) * (size_t)E);
+    /* the update compares sum(n) with E * n_i exactly in int64: counts up to 2^63 / E keep both in range */
     for (int32_t i = 0; i < E && !st; i++)
-        if (h[i] < 0)
-            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative; expected token counts >= 0", i,
-                            (long long)h[i]);
+        if (h[i] < 0 || h[i] > INT64_MAX / E)
+            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld; expected token counts in 0 .. 2^63 / E "
+                            "(%lld)", i, (long long)h[i], (long long)(INT64_MAX / E));
     free(h);
     return st;
 }
