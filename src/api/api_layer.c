@@ -83,7 +83,9 @@ MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *o
     c.struct_size = (uint32_t)want;
     c.api_version = MOE_API_VERSION;
     c.next = NULL;
-    memcpy(out, &c, sizeof c); /* bytes beyond our size (a newer host's fields) stay as the host set them */
+    /* an older host's smaller struct receives its own fields only; bytes beyond our size (a newer
+     * host's fields) stay as the host set them */
+    memcpy(out, &c, want < sizeof c ? want : sizeof c);
     return MOE_OK;
 }
 
