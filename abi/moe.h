@@ -231,7 +231,7 @@ typedef struct moe_layer_config {
     float aux_loss_coeff;          /* alpha */
     int64_t seq_length;            /* S for MOE_AUX_SEQUENCE; T must be a multiple of S */
     float z_loss_coeff;            /* beta; 0 = no z-loss */
-    float capacity_factor;         /* 0 = dropless; > 0: C = ceil(T*K/E * factor) */
+    float capacity_factor;         /* 0 = dropless; (0, 1e6]: C = ceil(T*K/E * factor) */
     int32_t drop_policy;           /* MOE_DROP_* */
     int32_t pad_to_capacity;       /* 1 = every expert gets exactly C rows (static shapes) */
     int64_t shared_ffn_hidden_size;/* F_s; 0 = no shared expert */

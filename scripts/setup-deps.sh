@@ -21,6 +21,9 @@ packages=(
   abigail-tools     # abidiff: ABI compatibility checks
   libopenmpi-dev    # MPI communicators (CPU ranks)
   openmpi-bin       # mpirun for the multi-rank tests (tests/mpi)
+  clang-14          # the libFuzzer harnesses (tests/fuzz) ...
+  libclang-rt-14-dev # ... their libFuzzer and sanitizer runtimes
+  libomp-14-dev     # ... and clang's OpenMP runtime
 )
 # Strip the comments above: keep the first word of each entry.
 names=()

@@ -7,6 +7,9 @@
 #                   kernel simulator's harness runs included; GPU-labelled tests only where a GPU is)
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and tests; ctest -L unit (leaks
 #                   checked), then ctest -L mpi with 2 threads per rank
+#      build-fuzz/  fuzz (libFuzzer, ASan+UBSan): tests/fuzz/run.sh 45 builds the harnesses with
+#                   clang, replays tests/fuzz/regress, fuzzes each harness 45 s and prints its
+#                   execution count (fails on any crash)
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
 #   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline
 #   6. language bindings against build/: coverage of abi/moe.h (scripts/check-bindings.sh), then the
@@ -106,6 +109,15 @@ ASAN_OPTIONS="detect_leaks=0" MOE_TEST_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -L mpi
 unset ASAN_OPTIONS UBSAN_OPTIONS
 done_section "$current"
+
+current="fuzz (libFuzzer, ASan+UBSan)"; section "$current"
+# one line per harness with its execution count (tests/fuzz/README.md); the grown corpora and any
+# crashing input stay under build-fuzz/
+mkdir -p build-fuzz
+bash tests/fuzz/run.sh 45 | tee build-fuzz/summary.txt
+done_section "$current"
+# the execution counts again in the final summary
+while read -r line; do results+=("  $line"); done < <(grep -E '^fuzz_[a-z_]+: ' build-fuzz/summary.txt | grep ' runs in ')
 
 # ---------------------------------------------------------------- 4. install test
 current="install test"; section "$current"

@@ -253,24 +253,33 @@ MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out)
     return moe_tensor_strided_copy(ctx, &ex, out, 8, layer->bias_counts, 0);
 }
 
-/* The host's counts [E] int64 (any strides) -> the device buffer n, rejecting negative counts (read back
- * for the check: a host-side validation of the host's input). */
-static int32_t host_counts(moe_layer *layer, const moe_exec *ex, const DLTensor *counts, int64_t *n)
+/* Reads counts n [E] (device memory) back and checks that they are token counts the update can
+ * compare exactly: 0 .. 2^63 / E, so that every E * n_i and their sum fit int64. A bad count fails
+ * with `status`, the message naming `what`. */
+static int32_t check_counts(moe_layer *layer, const moe_exec *ex, const int64_t *n, int32_t status, const char *what)
 {
     moe_context *ctx = layer->ctx;
     const int32_t E = layer->E;
-    int64_t e1[1] = {E};
-    int32_t st = moe_check_tensor_strided(ctx, counts, "counts", 1, e1, MOE_DTYPE_INT64, -1);
-    if (!st) st = moe_tensor_strided_copy(ctx, ex, counts, 8, n, 1);
-    if (st) return st;
     int64_t *h = malloc(sizeof(int64_t) * (size_t)E);
     if (!h) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
-    st = moe_copy_to_host(ctx, ex, h, n, sizeof(int64_t) * (size_t)E);
+    int32_t st = moe_copy_to_host(ctx, ex, h, n, sizeof(int64_t) * (size_t)E);
     for (int32_t i = 0; i < E && !st; i++)
-        if (h[i] < 0)
-            st = moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "counts[%d] = %lld is negative; expected token counts >= 0", i,
-                            (long long)h[i]);
+        if (h[i] < 0 || h[i] > INT64_MAX / E)
+            st = moe_errorf(ctx, status, "%scounts[%d] = %lld; expected token counts in 0 .. 2^63 / E (%lld)", what, i,
+                            (long long)h[i], (long long)(INT64_MAX / E));
     free(h);
+    return st;
+}
+
+/* The host's counts [E] int64 (any strides) -> the device buffer n, checked (read back: a host-side
+ * validation of the host's input). */
+static int32_t host_counts(moe_layer *layer, const moe_exec *ex, const DLTensor *counts, int64_t *n)
+{
+    moe_context *ctx = layer->ctx;
+    int64_t e1[1] = {layer->E};
+    int32_t st = moe_check_tensor_strided(ctx, counts, "counts", 1, e1, MOE_DTYPE_INT64, -1);
+    if (!st) st = moe_tensor_strided_copy(ctx, ex, counts, 8, n, 1);
+    if (!st) st = check_counts(layer, ex, n, MOE_ERR_INVALID_ARGUMENT, "");
     return st;
 }
 
@@ -297,6 +306,10 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
             if (st)
                 st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
                                 ctx->last_error);
+            /* the sum comes from the other ranks (or the host's hooks): checked like the host's counts */
+            if (!st)
+                st = check_counts(layer, &ex, n, MOE_ERR_COMM, "moe_layer_update_expert_bias: the reduction over "
+                                  "bias_comm gave ");
         }
     }
     if (!st) {

@@ -44,6 +44,31 @@ int64_t moe_tensor_numel(const DLTensor *t)
     return n;
 }
 
+/* The bytes t spans must be countable in int64: the product of its extents (zero extents aside, so
+ * that every partial product the callers form is bounded too) times the element size, and with
+ * strides the distance to the farthest element. Called once the extents are known to be >= 0. */
+static int32_t check_span(moe_context *ctx, const DLTensor *t, const char *name)
+{
+    const int64_t elem = t->dtype.bits / 8;
+    int64_t n = elem, reach = elem;
+    for (int32_t i = 0; i < t->ndim; i++) {
+        const int64_t e = t->shape[i];
+        if (e <= 1) continue;
+        if (__builtin_mul_overflow(n, e, &n))
+            return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s.shape: the extents multiply to more than 2^63 bytes",
+                              name);
+        if (t->strides) {
+            const int64_t s = t->strides[i];
+            int64_t d;
+            if (s == INT64_MIN || __builtin_mul_overflow(s < 0 ? -s : s, e - 1, &d) ||
+                __builtin_mul_overflow(d, elem, &d) || __builtin_add_overflow(reach, d, &reach))
+                return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s.strides[%d] = %lld: the tensor's elements lie more "
+                                  "than 2^63 bytes apart", name, i, (long long)s);
+        }
+    }
+    return MOE_OK;
+}
+
 static void describe_shape(char *buf, size_t cap, int32_t ndim, const int64_t *shape)
 {
     size_t o = 0;
@@ -82,8 +107,16 @@ static int32_t check_common(moe_context *ctx, const DLTensor *t, const char *nam
             return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s.shape = %s; expected %s", name, have, want);
         }
     }
-    if (!t->data && moe_tensor_numel(t) > 0)
+    int32_t st = check_span(ctx, t, name);
+    if (st) return st;
+    const int64_t numel = moe_tensor_numel(t);
+    if (!t->data && numel > 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s.data is NULL for a non-empty tensor", name);
+    /* elements are read and written as their C type: the first one must be aligned to its size */
+    const uintptr_t elem = t->dtype.bits / 8;
+    if (numel > 0 && ((uintptr_t)t->data + (uintptr_t)t->byte_offset) % elem != 0)
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: data + byte_offset (%p + %llu) is not aligned to its "
+                          "%u-byte elements", name, t->data, (unsigned long long)t->byte_offset, (unsigned)elem);
     return MOE_OK;
 }
 

@@ -19,7 +19,8 @@ int32_t moe_check_tensor(moe_context *ctx, const DLTensor *t, const char *name, 
  * (dtype2 = -1 for none). */
 int32_t moe_check_tensor_strided(moe_context *ctx, const DLTensor *t, const char *name, int32_t ndim,
                                  const int64_t *shape, int32_t dtype, int32_t dtype2);
-/* Pointer to the first element (data + byte_offset). */
-static inline void *moe_tensor_data(const DLTensor *t) { return (char *)t->data + t->byte_offset; }
+/* Pointer to the first element (data + byte_offset); NULL for an empty tensor without data (the ABI
+ * allows data == NULL when a tensor has no elements, and offsetting NULL is undefined). */
+static inline void *moe_tensor_data(const DLTensor *t) { return t->data ? (char *)t->data + t->byte_offset : NULL; }
 int64_t moe_tensor_numel(const DLTensor *t);
 #endif

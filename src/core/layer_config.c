@@ -62,8 +62,11 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
         return BAD("cfg.seq_length = %lld; expected >= 0", (long long)c.seq_length);
     if (!isfinite(c.z_loss_coeff) || c.z_loss_coeff < 0)
         return BAD("cfg.z_loss_coeff = %g; expected a finite value >= 0", (double)c.z_loss_coeff);
-    if (!isfinite(c.capacity_factor) || c.capacity_factor < 0)
-        return BAD("cfg.capacity_factor = %g; expected 0 (dropless) or a finite value > 0", (double)c.capacity_factor);
+    /* the bound keeps ceil(T K / E * factor) and E * C inside int64 for any accepted T (<= 2^40 / K), as
+     * moe_dispatcher_config's does */
+    if (!isfinite(c.capacity_factor) || c.capacity_factor < 0 || c.capacity_factor > 1e6f)
+        return BAD("cfg.capacity_factor = %g; expected 0 (dropless) or a finite value in (0, 1e6]",
+                   (double)c.capacity_factor);
     if (c.drop_policy != MOE_DROP_PROBS && c.drop_policy != MOE_DROP_POSITION)
         return BAD("cfg.drop_policy = %d; expected MOE_DROP_PROBS(0) or MOE_DROP_POSITION(1)", c.drop_policy);
     if (c.graphs != MOE_GRAPHS_AUTO && c.graphs != MOE_GRAPHS_OFF)

@@ -33,7 +33,8 @@ int32_t moe_tensor_strided_copy(moe_context *ctx, const moe_exec *ex, const DLTe
                                 int32_t to_compact)
 {
     const moe_ops *ops = any_table(ctx);
-    int32_t st = ops->strided_copy(ex, t->ndim, t->shape, t->strides, elem, (char *)t->data + t->byte_offset, compact,
+    void *first = t->data ? (char *)t->data + t->byte_offset : NULL; /* NULL: an empty tensor without data */
+    int32_t st = ops->strided_copy(ex, t->ndim, t->shape, t->strides, elem, first, compact,
                                    to_compact);
     return st ? moe_errorf(ctx, st, "op strided_copy of backend %s failed", ops->name) : MOE_OK;
 }

@@ -26,6 +26,7 @@
 static void charge(moe_context *ctx, int32_t category, int64_t delta);
 
 #define MOE_ALIGN 64
+#define MOE_MEM_MAX_BYTES ((size_t)1 << 62) /* larger requests fail; below it the size classes cannot wrap */
 #define MOE_POOL_MAX_BYTES ((size_t)1 << 30) /* cache at most 1 GiB of free blocks */
 
 int moe_size_mul(size_t a, size_t b, size_t *out)
@@ -40,6 +41,7 @@ int moe_size_mul(size_t a, size_t b, size_t *out)
  * pool's exact-size match reuse the previous step's blocks instead of faulting in fresh pages. */
 size_t moe_mem_round_size(size_t bytes)
 {
+    if (bytes > MOE_MEM_MAX_BYTES) return bytes; /* no such allocation (moe_mem_alloc refuses it); rounding would wrap */
     size_t r = (bytes + 255) & ~(size_t)255;
     if (r <= ((size_t)1 << 20)) return r;
     size_t p = (size_t)1 << 20;
@@ -109,7 +111,7 @@ static void *alloc_once(moe_context *ctx, const moe_exec *ex, size_t sz)
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
 {
     if (bytes == 0) bytes = 1;
-    if (bytes > SIZE_MAX - 256) {
+    if (bytes > MOE_MEM_MAX_BYTES) {
         moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "allocation of %zu bytes is too large", bytes);
         return NULL;
     }

@@ -15,13 +15,45 @@
 #define LOCAL_ROW_ALIGN 32                               /* MOE_LOCAL_ROW_ALIGN of dispatch_local.c */
 #define INIT_STAGE_BYTES (sizeof(float) * ((size_t)1 << 16)) /* params.c: INIT_CHUNK floats of staging */
 
+/* Sizes in checked int64 arithmetic: a config whose buffers would not fit int64 bytes (huge widths
+ * times many experts, or a huge token count) sets *ovf instead of overflowing, and the estimate is
+ * refused. Operands are never negative. */
+static int64_t mul(int *ovf, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r) || r > ((int64_t)1 << 62)) {
+        *ovf = 1;
+        return 0;
+    }
+    return r;
+}
+static int64_t add(int *ovf, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r) || r > ((int64_t)1 << 62)) {
+        *ovf = 1;
+        return 0;
+    }
+    return r;
+}
+#define M(a, b) mul(&ovf, (a), (b))
+#define A(a, b) add(&ovf, (a), (b))
+
 /* One buffer of n elements of es bytes, as the ledger charges it (an empty buffer still takes the
  * allocator's smallest block). */
-static int64_t charged(int64_t n, int64_t es) { return (int64_t)moe_mem_round_size((size_t)(n * es)); }
+static int64_t charged_(int *ovf, int64_t n, int64_t es)
+{
+    const int64_t bytes = mul(ovf, n, es);
+    return *ovf ? 0 : (int64_t)moe_mem_round_size((size_t)bytes);
+}
+#define charged(n, es) charged_(&ovf, (n), (es))
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-static int64_t align_rows(int64_t n) { return (n + LOCAL_ROW_ALIGN - 1) / LOCAL_ROW_ALIGN * LOCAL_ROW_ALIGN; }
+static int64_t align_rows(int *ovf, int64_t n)
+{
+    return mul(ovf, add(ovf, n, LOCAL_ROW_ALIGN - 1) / LOCAL_ROW_ALIGN, LOCAL_ROW_ALIGN);
+}
 
 MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config *cfg_in, int64_t tokens,
                                         moe_memory_stats *out)
@@ -38,65 +70,73 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
     moe_layer L;
     memset(&L, 0, sizeof L);
     TRY(moe_layer_resolve_config(ctx, &cfg, &L));
+    if (tokens > ((int64_t)1 << 40) / L.K) /* moe_layer_forward's bound */
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld; at most 2^40 / top_k "
+                          "are supported", (long long)tokens);
     if (L.cfg.aux_loss_type == MOE_AUX_SEQUENCE && tokens % L.S != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld is not a multiple of "
                           "cfg.seq_length = %lld (MOE_AUX_SEQUENCE)", (long long)tokens, (long long)L.S);
 
+    int ovf = 0;
     const int64_t T = tokens, H = L.H, E = L.E, K = L.K, F = L.F_local, F1 = L.F1_local, Fs = L.Fs, Fs1 = L.Fs1;
-    const int64_t es = (int64_t)L.ops->elem_size, TK = T * K, pes = (int64_t)moe_dtype_size(L.dtype);
+    const int64_t es = (int64_t)L.ops->elem_size, TK = M(T, K), pes = (int64_t)moe_dtype_size(L.dtype);
     const int64_t ces = es; /* router weight, bias and every gradient are in the compute dtype (params.c) */
 
     /* ---- parameters and gradients (params.c moe_layer_alloc_params) ---- */
-    int64_t w = charged(E * H, ces), g = charged(E * H, ces);       /* router */
-    w += charged(E * F1 * H, pes) + charged(E * H * F, pes);        /* expert FC1, FC2 */
-    g += charged(E * F1 * H, ces) + charged(E * H * F, ces);
+    int64_t w = charged(M(E, H), ces), g = charged(M(E, H), ces);                   /* router */
+    w = A(w, A(charged(M(M(E, F1), H), pes), charged(M(M(E, H), F), pes)));      /* expert FC1, FC2 */
+    g = A(g, A(charged(M(M(E, F1), H), ces), charged(M(M(E, H), F), ces)));
     if (Fs > 0) {
-        w += charged(Fs1 * H, pes) + charged(H * Fs, pes);
-        g += charged(Fs1 * H, ces) + charged(H * Fs, ces);
-        if (L.cfg.shared_gate) w += charged(H, pes), g += charged(H, ces);
+        w = A(w, A(charged(M(Fs1, H), pes), charged(M(H, Fs), pes)));
+        g = A(g, A(charged(M(Fs1, H), ces), charged(M(H, Fs), ces)));
+        if (L.cfg.shared_gate) w = A(w, charged(H, pes)), g = A(g, charged(H, ces));
     }
-    if (L.cfg.expert_bias) w += charged(E, ces); /* no gradient */
+    if (L.cfg.expert_bias) w = A(w, charged(E, ces)); /* no gradient */
 
     /* ---- workspace: the context's scratch, the layer's count buffers, and the initialisation's staging ---- */
     const int64_t ws_ctx = ctx->backend->workspace_bytes > 0 ? charged((int64_t)ctx->backend->workspace_bytes, 1) : 0;
-    const int64_t ws_layer = charged(E, 8) + charged(E + 2, 8); /* bias_counts, global_state */
-    const int64_t ws_peak = ws_ctx + ws_layer + charged((int64_t)INIT_STAGE_BYTES, 1);
+    const int64_t ws_layer = A(charged(E, 8), charged(E + 2, 8)); /* bias_counts, global_state */
+    const int64_t ws_peak = A(A(ws_ctx, ws_layer), charged((int64_t)INIT_STAGE_BYTES, 1));
 
     /* ---- the step tape: forward (forward.c moe_layer_reserve_forward) ---- */
+    if (ovf) goto overflow; /* T K must be sane before the routing sizes are derived from it */
     const int64_t C = moe_layer_capacity(&L, T), rmax = moe_plan_rows_max(&L, T, C);
     const int64_t B = (L.cfg.aux_loss_type == MOE_AUX_SEQUENCE && T > 0) ? T / L.S : 1;
     const int stat = moe_layer_static_shapes(&L);
     int64_t a = 0;
-    a += charged(T * H, es) + charged(T * E, es);                       /* xs, logits */
-    a += charged(TK, 4) + charged(TK, es) + charged(TK, 1);             /* idx, probs, dropped */
-    a += 2 * charged(E, 8) + charged(E + 4, 8) + charged(2, 8) + charged(1, 8); /* counts, plan_meta, losses, ntok */
-    a += charged(rmax, 8) + charged(rmax, es) + charged(TK, 8);         /* row_token, row_prob, slot_row */
-    a += 3 * charged(B * E, 8);                                         /* aux_counts, aux_sums, aux_coef */
-    if (Fs > 0) a += charged(T * Fs1, es) + charged(T, es);             /* zs, gate */
+    a = A(a, A(charged(M(T, H), es), charged(M(T, E), es)));                       /* xs, logits */
+    a = A(a, A(A(charged(TK, 4), charged(TK, es)), charged(TK, 1)));               /* idx, probs, dropped */
+    a = A(a, A(A(A(M(2, charged(E, 8)), charged(E + 4, 8)), charged(2, 8)), charged(1, 8))); /* counts, plan_meta, losses, ntok */
+    a = A(a, A(A(charged(rmax, 8), charged(rmax, es)), charged(TK, 8)));           /* row_token, row_prob, slot_row */
+    a = A(a, M(3, charged(M(B, E), 8)));                                           /* aux_counts, aux_sums, aux_coef */
+    if (Fs > 0) a = A(a, A(charged(M(T, Fs1), es), charged(T, es)));               /* zs, gate */
     /* dispatch_local.c local_reserve: an upper bound on the aligned rows */
-    const int64_t rx_bound = stat ? E * align_rows(C) : rmax + E * (LOCAL_ROW_ALIGN - 1);
-    a += charged(E + 1, 8) + charged(rx_bound * H, es) + charged(rx_bound, es); /* xoff_dev, xr, pr */
-    a += charged(rx_bound, 8) + charged(TK, 8);                                  /* dbuf[0], dbuf[1] */
+    const int64_t rx_bound = stat ? M(E, align_rows(&ovf, C)) : A(rmax, E * (LOCAL_ROW_ALIGN - 1));
+    a = A(a, A(A(charged(E + 1, 8), charged(M(rx_bound, H), es)), charged(rx_bound, es))); /* xoff_dev, xr, pr */
+    a = A(a, A(charged(rx_bound, 8), charged(TK, 8)));                                   /* dbuf[0], dbuf[1] */
     /* experts.c moe_experts_reserve(rx_bound): z, h, rows */
-    a += charged(rx_bound * F1, es) + charged(max64(rx_bound * F, T * Fs), es) + charged(rx_bound * max64(H, F1), es);
+    a = A(a, A(A(charged(M(rx_bound, F1), es), charged(max64(M(rx_bound, F), M(T, Fs)), es)),
+               charged(M(rx_bound, max64(H, F1)), es)));
 
     /* ---- backward (backward.c): sized by the rows actually received ---- */
     int64_t rx;
     if (stat) rx = rx_bound;
     else { /* every routed row kept, plus the mean alignment padding of E experts */
-        const int64_t kept = C < 0 ? TK : (TK < E * C ? TK : E * C);
-        rx = kept + (E * (LOCAL_ROW_ALIGN - 1) + 1) / 2;
+        const int64_t kept = C < 0 ? TK : (TK < M(E, C) ? TK : M(E, C));
+        rx = A(kept, (E * (LOCAL_ROW_ALIGN - 1) + 1) / 2);
         if (rx > rx_bound) rx = rx_bound;
     }
-    a += charged(T * H, es) + charged(rx * H, es) + charged(rx * F1, es); /* dys, dyr, dz */
-    a += charged(T * E, es) + charged(TK, es);                            /* dlogits, dprobs */
-    a += charged(max64(T * H, rx), es);                                   /* tok (its forward size replaced) */
-    if (Fs > 0) a += charged(T * Fs1, es) + charged(T, es);               /* dzs, dgate */
-    if (L.dtype != L.ops->dtype) a += charged(T * H, es);                 /* dxtmp */
+    a = A(a, A(A(charged(M(T, H), es), charged(M(rx, H), es)), charged(M(rx, F1), es))); /* dys, dyr, dz */
+    a = A(a, A(charged(M(T, E), es), charged(TK, es)));                                  /* dlogits, dprobs */
+    a = A(a, charged(max64(M(T, H), rx), es));                                 /* tok (its forward size replaced) */
+    if (Fs > 0) a = A(a, A(charged(M(T, Fs1), es), charged(T, es)));           /* dzs, dgate */
+    if (L.dtype != L.ops->dtype) a = A(a, charged(M(T, H), es));               /* dxtmp */
     if (L.dtype == MOE_DTYPE_BF16 && (ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM) && rx > 0)
-        a += 2 * charged(rx * max64(max64(H, F1), F), 2);                 /* wg16[2] of backward_weights */
+        a = A(a, M(2, charged(M(rx, max64(max64(H, F1), F)), 2)));             /* wg16[2] of backward_weights */
 
-    const int64_t persistent = w + g + ws_ctx + ws_layer;
+    const int64_t persistent = A(A(A(w, g), ws_ctx), ws_layer);
+    const int64_t total = max64(A(persistent - ws_ctx - ws_layer, ws_peak), A(persistent, a));
+    if (ovf) goto overflow;
     moe_memory_stats s;
     memset(&s, 0, sizeof s);
     s.peak_bytes[MOE_MEM_WEIGHTS] = w;
@@ -104,7 +144,11 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
     s.peak_bytes[MOE_MEM_ACTIVATIONS] = a;
     s.peak_bytes[MOE_MEM_WORKSPACE] = ws_peak;
     /* the staging of the initialisation is freed before any step exists */
-    s.total_peak_bytes = max64(persistent - ws_ctx - ws_layer + ws_peak, persistent + a);
+    s.total_peak_bytes = total;
     moe_output_write(out, &s, n);
     return MOE_OK;
+overflow:
+    return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: the layer's buffers for %lld tokens "
+                      "exceed 2^62 bytes (hidden_size %lld, ffn_hidden_size %lld, num_experts %d)", (long long)tokens,
+                      (long long)L.H, (long long)L.F, L.E);
 }

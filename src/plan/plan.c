@@ -11,6 +11,10 @@
 #include "api/config_header.h"
 #include "core/layer.h"
 
+#define PLAN_MAX_LAYERS 65536              /* model.num_layers */
+#define PLAN_MAX_WIDTH ((int64_t)1 << 40)  /* hidden, FFN and vocabulary sizes, seq_length */
+#define PLAN_MAX_PARALLEL (1 << 20)        /* every parallel size, count and byte width of par */
+#define PLAN_MAX_FIGURE 0x1p62             /* bytes / parameters a result field can hold, with room to sum */
 
 MOE_API int32_t moe_plan_model_init(moe_plan_model *model, size_t struct_size)
 {
@@ -158,9 +162,17 @@ static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, 
     const moe_plan_model *m = &P->m;
     const moe_plan_parallel *p = &P->p;
 #define BAD(...) moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: " __VA_ARGS__)
-    if (m->num_layers <= 0) return BAD("model.num_layers = %d; expected > 0", m->num_layers);
+    /* Bounds far beyond any model, which keep the integer arithmetic below inside int64 (widths and
+     * parallel sizes multiply in pairs and triples) and the per-layer loops short. */
+    if (m->num_layers <= 0 || m->num_layers > PLAN_MAX_LAYERS)
+        return BAD("model.num_layers = %d; expected 1 .. %d", m->num_layers, PLAN_MAX_LAYERS);
     if (m->hidden_size <= 0) return BAD("model.hidden_size = %lld; expected > 0", (long long)m->hidden_size);
     if (m->vocab_size <= 0) return BAD("model.vocab_size = %lld; expected > 0", (long long)m->vocab_size);
+    const int64_t widths[] = {m->hidden_size, m->vocab_size, m->ffn_hidden_size, m->moe_ffn_hidden_size,
+                              m->shared_ffn_hidden_size, p->seq_length};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+        if (widths[i] > PLAN_MAX_WIDTH)
+            return BAD("a model width or par.seq_length is %lld; at most 2^40 are supported", (long long)widths[i]);
     if (m->num_heads <= 0) return BAD("model.num_heads = %d; expected > 0", m->num_heads);
     if (m->first_dense_layers < 0 || m->moe_layer_freq < 0 || m->num_experts < 0 || m->num_shared_experts < 0 ||
         m->num_kv_heads < 0 || m->head_dim < 0 || m->q_lora_rank < 0 || m->kv_lora_rank < 0 ||
@@ -179,8 +191,11 @@ static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, 
     if (dense_layers > 0 && m->ffn_hidden_size <= 0) return BAD("dense layers need model.ffn_hidden_size > 0");
     const int32_t dims[] = {p->tp, p->cp, p->dp, p->pp, p->vpp, p->ep, p->etp, p->micro_batch, p->num_micro_batches,
                             p->param_bytes, p->grad_bytes, p->optimizer_bytes, p->activation_bytes};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         if (dims[i] < 0) return BAD("a parallel size, count or byte width is negative");
+        if (dims[i] > PLAN_MAX_PARALLEL)
+            return BAD("a parallel size, count or byte width is %d; at most 2^20 are supported", dims[i]);
+    }
     P->tp = p->tp ? p->tp : 1, P->cp = p->cp ? p->cp : 1, P->dp = p->dp ? p->dp : 1, P->pp = p->pp ? p->pp : 1;
     P->vpp = p->vpp ? p->vpp : 1, P->ep = p->ep ? p->ep : 1, P->etp = p->etp ? p->etp : 1;
     P->mbs = p->micro_batch ? p->micro_batch : 1, P->M = p->num_micro_batches ? p->num_micro_batches : P->pp;
@@ -297,8 +312,8 @@ static void estimate_stage(const plan *P, int64_t s, stage_est *o, double *param
     if (P->pp > 1) o->bytes[MOE_PLAN_COMM_BUFFERS] += 2 * P->ts * H * d;
     if (P->tp > 1) o->bytes[MOE_PLAN_COMM_BUFFERS] += P->t * H * d;
     const double kv_dims = m->attention == MOE_PLAN_ATTN_MLA
-                               ? (double)m->num_heads * (double)(P->hd + m->qk_rope_head_dim + P->vd)
-                               : 2.0 * (double)(P->nkv * P->hd);
+                               ? (double)m->num_heads * ((double)P->hd + m->qk_rope_head_dim + (double)P->vd)
+                               : 2.0 * (double)P->nkv * (double)P->hd;
     if (P->cp > 1) o->bytes[MOE_PLAN_COMM_BUFFERS] += P->t * kv_dims / tp * d;
 
     /* workspace: the activation gradients of the layer in backward; the last stage's logits (fp32 softmax) */
@@ -346,6 +361,19 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
         for (int c = 0; c < MOE_PLAN_NUM_CATEGORIES; c++) tot += cur.bytes[c];
         if (tot > best_total) best_total = tot, best = cur, best_stage = s;
     }
+    /* figures beyond what the result's int64 fields hold (a description of no real machine) are
+     * refused rather than wrapped */
+    double figures[MOE_PLAN_NUM_CATEGORIES + MOE_PLAN_COMM_NUM + 3];
+    int nf = 0;
+    double total = 0;
+    for (int c = 0; c < MOE_PLAN_NUM_CATEGORIES; c++) figures[nf++] = best.bytes[c], total += best.bytes[c];
+    for (int c = 0; c < MOE_PLAN_COMM_NUM; c++) figures[nf++] = best.comm[c];
+    figures[nf++] = total, figures[nf++] = params_total, figures[nf++] = best.params;
+    for (int i = 0; i < nf; i++)
+        if (!(figures[i] >= 0 && figures[i] < PLAN_MAX_FIGURE))
+            return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: the estimate reaches %g (bytes or "
+                              "parameters), beyond the 2^62 the result holds; check the model and layout sizes",
+                              figures[i]);
     moe_plan_result r;
     memset(&r, 0, sizeof r);
     r.stage = (int32_t)best_stage;
