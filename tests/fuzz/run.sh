@@ -53,6 +53,7 @@ cmake --build "$build" -j "$jobs" --target "${names[@]}" >"$build/build.log" 2>&
 # contexts allocate through a budgeted hook anyway (fuzz_common.h).
 export ASAN_OPTIONS="allocator_may_return_null=1:max_allocation_size_mb=1024:detect_leaks=1:handle_abort=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0"
 if command -v llvm-symbolizer-14 >/dev/null 2>&1; then export ASAN_SYMBOLIZER_PATH=$(command -v llvm-symbolizer-14); fi
 fuzz_flags=(-rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=30 -max_len=4096 -print_final_stats=1)
 
