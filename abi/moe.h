@@ -92,7 +92,8 @@ MOE_API size_t moe_last_error(char *buf, size_t cap);
 /* ---------------------------------------------------------------- hooks */
 /* Every hook table: struct_size first, user_data passed first to every callback, release(user_data)
  * called exactly once when the context that copied the table is destroyed. NULL entries fall back to
- * the engine's defaults. Callbacks run on the calling thread and must not unwind across the boundary. */
+ * the engine's defaults (a create that fails calls no release: the host still owns user_data).
+ * Callbacks run on the calling thread and must not unwind across the boundary. */
 typedef struct moe_allocator {
     uint32_t struct_size;
     uint32_t reserved;

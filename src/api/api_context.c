@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/host_alloc.h"
 #include "api/config_header.h"
 #include "core/context.h"
 #include "core/layer.h"
@@ -76,7 +77,7 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     void *dev = NULL;
     st = be->device_open(cfg.device_id, &dev);
     if (st) return moe_errorf(NULL, st, "moe_context_create: opening %s device %d failed", be->name, cfg.device_id);
-    moe_context *ctx = malloc(sizeof *ctx); /* the context itself precedes its allocator */
+    moe_context *ctx = moe_host_malloc(sizeof *ctx); /* the context itself precedes its allocator */
     if (!ctx) {
         be->device_close(dev);
         return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: out of memory");
@@ -93,6 +94,8 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     if (be->workspace_bytes > 0) {
         ctx->workspace = moe_mem_alloc(ctx, be->workspace_bytes, MOE_MEM_WORKSPACE);
         if (!ctx->workspace) {
+            /* a failed create retains nothing: the host still owns its hooks' user_data */
+            ctx->has_allocator = ctx->has_logger = ctx->has_profiler = 0;
             moe_context_release_ref(ctx);
             return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: no memory for the %zu-byte %s workspace",
                               be->workspace_bytes, be->name);

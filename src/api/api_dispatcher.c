@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "api/config_header.h"
 #include "api/tensor_check.h"
 #include "core/tensor_io.h"
@@ -71,11 +72,11 @@ MOE_API int32_t moe_dispatcher_create(moe_context *ctx, const moe_dispatcher_con
     if (st) return st;
     st = check_config(ctx, &cfg, ep_comm);
     if (st) return st;
-    moe_dispatcher *d = calloc(1, sizeof *d);
+    moe_dispatcher *d = moe_host_calloc(1, sizeof *d);
     if (!d) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatcher_create: out of memory");
     st = moe_dispatcher_init(d, ctx, &cfg, ep_comm);
     if (st) {
-        free(d); /* init retains nothing when it fails */
+        moe_host_free(d); /* init retains nothing when it fails */
         return st;
     }
     *out = d;
@@ -123,11 +124,11 @@ static int32_t check_index_values(moe_context *ctx, const moe_exec *ex, const vo
 {
     if (T == 0) return MOE_OK;
     const size_t bytes = (size_t)(T * K) * (bits / 8);
-    void *data = malloc(bytes);
-    int64_t *seen = calloc((size_t)E, sizeof(int64_t)); /* seen[e] = 1 + last token that chose e */
+    void *data = moe_host_malloc(bytes);
+    int64_t *seen = moe_host_calloc((size_t)E, sizeof(int64_t)); /* seen[e] = 1 + last token that chose e */
     if (!seen || !data) {
-        free(seen);
-        free(data);
+        moe_host_free(seen);
+        moe_host_free(data);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatcher_dispatch: out of memory");
     }
     int32_t st = moe_copy_to_host(ctx, ex, data, dev, bytes);
@@ -147,8 +148,8 @@ static int32_t check_index_values(moe_context *ctx, const moe_exec *ex, const vo
             }
             seen[e] = t + 1;
         }
-    free(seen);
-    free(data);
+    moe_host_free(seen);
+    moe_host_free(data);
     return st;
 }
 

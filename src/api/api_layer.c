@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "api/config_header.h"
 #include "api/dlpack_export.h"
 #include "api/tensor_check.h"
@@ -24,14 +25,14 @@ static int32_t create_layer(moe_context *ctx, const moe_layer_config *cfg_in, co
     moe_layer_config cfg;
     int32_t st = moe_config_copy(ctx, &moe_desc_layer_config, cfg_in, &cfg);
     if (st) return st;
-    moe_layer *L = calloc(1, sizeof *L);
+    moe_layer *L = moe_host_calloc(1, sizeof *L);
     if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     L->ctx = ctx;
     moe_context_enter(ctx, NULL); /* parameters are allocated and zeroed on the context's stream */
     st = moe_layer_resolve_config(ctx, &cfg, L);
     if (!st && par) st = moe_layer_apply_parallel(ctx, par, L);
     if (st) {
-        free(L); /* nothing retained yet: apply_parallel retains only on success */
+        moe_host_free(L); /* nothing retained yet: apply_parallel retains only on success */
         return st;
     }
     atomic_init(&L->refs, 1);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "api/config_header.h"
 #include "comm/comm.h"
 #include "parallel/layout.h"
@@ -20,14 +21,14 @@ MOE_API int32_t moe_layout_create(const moe_layout_config *cfg_in, moe_layout **
     moe_layout tmp;
     st = moe_layout_build(NULL, &cfg, &tmp);
     if (st) return st;
-    moe_layout *L = malloc(sizeof *L);
+    moe_layout *L = moe_host_malloc(sizeof *L);
     if (!L) return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_layout_create: out of memory");
     *L = tmp;
     *out = L;
     return MOE_OK;
 }
 
-MOE_API void moe_layout_destroy(moe_layout *layout) { free(layout); }
+MOE_API void moe_layout_destroy(moe_layout *layout) { moe_host_free(layout); }
 
 MOE_API int32_t moe_layout_sizes(const moe_layout *layout, int32_t *tp, int32_t *cp, int32_t *dp, int32_t *pp,
                                  int32_t *etp, int32_t *ep, int32_t *edp)

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "api/config_header.h"
 #include "api/dlpack_export.h"
 #include "api/tensor_check.h"
@@ -43,7 +44,7 @@ MOE_API int32_t moe_step_create(moe_layer *layer, const moe_step_config *cfg_in,
                           "(%s)", (double)cfg.aux_loss_scale,
                           explicit_scale ? "MOE_STEP_EXPLICIT_AUX_SCALE: 0 = no aux / z-loss gradient"
                                          : "0 = 1.0; set MOE_STEP_EXPLICIT_AUX_SCALE in flags for a scale of 0");
-    moe_step *s = calloc(1, sizeof *s);
+    moe_step *s = moe_host_calloc(1, sizeof *s);
     if (!s) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_step_create: out of memory");
     s->layer = layer;
     s->mode = cfg.mode;
@@ -60,7 +61,7 @@ MOE_API void moe_step_destroy(moe_step *step)
     if (!step) return;
     moe_layer *layer = step->layer;
     moe_step_free_tape(step);
-    free(step);
+    moe_host_free(step);
     moe_layer_release_ref(layer);
 }
 
@@ -260,14 +261,14 @@ static int32_t check_counts(moe_layer *layer, const moe_exec *ex, const int64_t 
 {
     moe_context *ctx = layer->ctx;
     const int32_t E = layer->E;
-    int64_t *h = malloc(sizeof(int64_t) * (size_t)E);
+    int64_t *h = moe_host_malloc(sizeof(int64_t) * (size_t)E);
     if (!h) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_update_expert_bias: out of memory");
     int32_t st = moe_copy_to_host(ctx, ex, h, n, sizeof(int64_t) * (size_t)E);
     for (int32_t i = 0; i < E && !st; i++)
         if (h[i] < 0 || h[i] > INT64_MAX / E)
             st = moe_errorf(ctx, status, "%scounts[%d] = %lld; expected token counts in 0 .. 2^63 / E (%lld)", what, i,
                             (long long)h[i], (long long)(INT64_MAX / E));
-    free(h);
+    moe_host_free(h);
     return st;
 }
 

@@ -1,3 +1,4 @@
+#include "base/host_alloc.h"
 #include "api/dlpack_export.h"
 
 #include <stdlib.h>
@@ -16,13 +17,13 @@ static void export_deleter(DLManagedTensor *self)
     if (!self) return;
     moe_export_holder *h = self->manager_ctx;
     if (h->layer) moe_layer_release_ref(h->layer);
-    else free(h->managed.dl_tensor.data);
-    free(h);
+    else moe_host_free(h->managed.dl_tensor.data);
+    moe_host_free(h);
 }
 
 static moe_export_holder *make_holder(void *data, DLDataType dtype, int32_t ndim, const int64_t *shape, DLDevice dev)
 {
-    moe_export_holder *h = calloc(1, sizeof *h);
+    moe_export_holder *h = moe_host_calloc(1, sizeof *h);
     if (!h) return NULL;
     for (int32_t i = 0; i < ndim; i++) h->shape[i] = shape[i];
     h->managed.dl_tensor.data = data;
@@ -52,18 +53,18 @@ int32_t moe_export_view(moe_layer *layer, void *data, DLDataType dtype, int32_t 
 int32_t moe_export_copy(moe_context *ctx, const void *src, size_t bytes, DLDataType dtype, int32_t ndim,
                         const int64_t *shape, DLManagedTensor **out)
 {
-    void *data = malloc(bytes ? bytes : 1);
+    void *data = moe_host_malloc(bytes ? bytes : 1);
     if (!data) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate %zu bytes for an exported tensor", bytes);
     moe_exec ex = moe_context_exec(ctx, NULL);
     int32_t st = bytes ? moe_copy_to_host(ctx, &ex, data, src, bytes) : MOE_OK;
     if (st) {
-        free(data);
+        moe_host_free(data);
         return st;
     }
     DLDevice dev = {kDLCPU, 0};
     moe_export_holder *h = make_holder(data, dtype, ndim, shape, dev);
     if (!h) {
-        free(data);
+        moe_host_free(data);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "could not allocate a DLManagedTensor");
     }
     *out = &h->managed;

@@ -7,12 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm_impl.h"
 
 moe_comm *moe_comm_alloc(moe_context *ctx, const moe_comm_ops *ops, int32_t kind, int32_t rank, int32_t size,
                          int32_t timeout_ms)
 {
-    moe_comm *c = calloc(1, sizeof *c);
+    moe_comm *c = moe_host_calloc(1, sizeof *c);
     if (!c) return NULL;
     atomic_init(&c->refs, 1);
     c->ctx = ctx;
@@ -36,7 +37,7 @@ void moe_comm_release_ref(moe_comm *c)
     if (atomic_fetch_sub(&c->refs, 1) != 1) return;
     if (c->ops && c->ops->destroy_impl) c->ops->destroy_impl(c);
     moe_context *ctx = c->ctx;
-    free(c);
+    moe_host_free(c);
     if (ctx) moe_context_release_ref(ctx);
 }
 
@@ -64,7 +65,7 @@ const char *moe_comm_kind_name(int32_t kind)
 /* ---------------------------------------------------------------- requests */
 int32_t moe_comm_request_new(moe_comm *c, void *impl, moe_comm_request **out)
 {
-    moe_comm_request *r = malloc(sizeof *r);
+    moe_comm_request *r = moe_host_malloc(sizeof *r);
     if (!r)
         return moe_errorf(c->ctx, MOE_ERR_OUT_OF_MEMORY, "moe_comm (%s): out of memory for a request",
                           moe_comm_kind_name(c->kind));
@@ -83,7 +84,7 @@ int32_t moe_comm_request_check(moe_comm *c, const moe_comm_request *req)
     return MOE_OK;
 }
 
-void moe_comm_request_free(moe_comm_request *req) { free(req); }
+void moe_comm_request_free(moe_comm_request *req) { moe_host_free(req); }
 
 /* ---------------------------------------------------------------- time */
 int64_t moe_comm_now_ns(void)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm_impl.h"
 
 typedef struct hooks_impl {
@@ -139,7 +140,7 @@ static void hooks_destroy_impl(moe_comm *c)
     hooks_impl *im = c->impl;
     if (!im) return;
     if (im->h.release) im->h.release(im->h.user_data);
-    free(im);
+    moe_host_free(im);
     c->impl = NULL;
 }
 
@@ -183,12 +184,12 @@ int32_t moe_comm_hooks_create(moe_context *ctx, int32_t timeout_ms, const moe_co
     if (missing)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: hooks->%s is NULL; only barrier and release may be NULL", fn,
                           missing);
-    hooks_impl *im = calloc(1, sizeof *im);
+    hooks_impl *im = moe_host_calloc(1, sizeof *im);
     if (!im) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     im->h = h;
     moe_comm *c = moe_comm_alloc(ctx, &moe_comm_hooks_ops, MOE_COMM_HOOKS, h.rank, h.size, timeout_ms);
     if (!c) {
-        free(im);
+        moe_host_free(im);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     c->impl = im;

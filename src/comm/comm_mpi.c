@@ -23,6 +23,7 @@
 
 #include <mpi.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm_impl.h"
 
 typedef struct mpi_impl {
@@ -46,7 +47,7 @@ typedef struct mpi_pending {
 
 static mpi_pending *pending_new(int nreq, int nints)
 {
-    mpi_pending *p = calloc(1, sizeof *p + (size_t)nreq * sizeof(MPI_Request) + (size_t)nints * sizeof(int));
+    mpi_pending *p = moe_host_calloc(1, sizeof *p + (size_t)nreq * sizeof(MPI_Request) + (size_t)nints * sizeof(int));
     if (!p) return NULL;
     p->nreq = nreq;
     p->reqs = (MPI_Request *)(p + 1);
@@ -90,7 +91,7 @@ static int32_t finish(moe_comm *c, const char *op, mpi_pending *p)
     int mrc = 0;
     int r = poll_requests(p->nreq, p->reqs, c->timeout_ms, &mrc);
     if (r == 0) {
-        free(p);
+        moe_host_free(p);
         return MOE_OK;
     }
     if (r == 2) return mpi_fail(c, op, mrc);
@@ -175,7 +176,7 @@ static int32_t a2a_post(moe_comm *c, const char *op, const void *send, const int
     free_type(&st);
     free_type(&rt);
     if (rc != MPI_SUCCESS) {
-        free(pd);
+        moe_host_free(pd);
         return mpi_fail(c, op, rc);
     }
     *out = pd;
@@ -289,7 +290,7 @@ static int32_t mpi_all_gather_v(moe_comm *c, const void *send, int64_t send_byte
     free_type(&stype);
     free_type(&rtype);
     if (rc != MPI_SUCCESS) {
-        free(pd);
+        moe_host_free(pd);
         return mpi_fail(c, op, rc);
     }
     return finish(c, op, pd);
@@ -314,7 +315,7 @@ static int32_t mpi_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dty
         int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)first * es, (int)len, reduce_type(dtype), MPI_SUM,
                                 comm_of(c), &pd->reqs[k]);
         if (rc != MPI_SUCCESS) {
-            if (k == 0) free(pd); /* later chunks: the earlier requests are live, leak pd */
+            if (k == 0) moe_host_free(pd); /* later chunks: the earlier requests are live, leak pd */
             return mpi_fail(c, op, rc);
         }
     }
@@ -341,7 +342,7 @@ static int32_t mpi_reduce_scatter(moe_comm *c, const void *send, void *recv, con
     for (int p = 0; p < n; p++) pd->ints[p] = (int)recv_counts[p];
     int rc = MPI_Ireduce_scatter(cbuf(send), mbuf(recv), pd->ints, reduce_type(dtype), MPI_SUM, comm_of(c), &pd->reqs[0]);
     if (rc != MPI_SUCCESS) {
-        free(pd);
+        moe_host_free(pd);
         return mpi_fail(c, op, rc);
     }
     return finish(c, op, pd);
@@ -364,7 +365,7 @@ static int32_t mpi_broadcast(moe_comm *c, void *buf, int64_t bytes, int32_t root
         int64_t len = bytes - first < INT_MAX ? bytes - first : INT_MAX;
         int rc = MPI_Ibcast((char *)buf + first, (int)len, MPI_BYTE, root, comm_of(c), &pd->reqs[k]);
         if (rc != MPI_SUCCESS) {
-            if (k == 0) free(pd);
+            if (k == 0) moe_host_free(pd);
             return mpi_fail(c, op, rc);
         }
     }
@@ -377,7 +378,7 @@ static int32_t timed_barrier(moe_comm *c, const char *op)
     if (!pd) return moe_errorf(c->ctx, MOE_ERR_OUT_OF_MEMORY, "moe_comm (MPI) %s: out of memory", op);
     int rc = MPI_Ibarrier(comm_of(c), &pd->reqs[0]);
     if (rc != MPI_SUCCESS) {
-        free(pd);
+        moe_host_free(pd);
         return mpi_fail(c, op, rc);
     }
     return finish(c, op, pd);
@@ -421,7 +422,7 @@ static void mpi_destroy_impl(moe_comm *c)
     /* A broken comm may have a collective in flight that never completes: abandon it rather than risk
      * blocking in MPI_Comm_free. After MPI_Finalize nothing can be freed. */
     if (!finalized && !c->broken && im->comm != MPI_COMM_NULL) MPI_Comm_free(&im->comm);
-    free(im);
+    moe_host_free(im);
     c->impl = NULL;
 }
 
@@ -451,10 +452,10 @@ static int32_t wrap(moe_context *ctx, int32_t timeout_ms, MPI_Comm owned, const 
         MPI_Comm_free(&owned);
         return moe_errorf(ctx, MOE_ERR_COMM, "%s: the new MPI communicator could not be queried (MPI error %d)", fn, rc);
     }
-    mpi_impl *im = calloc(1, sizeof *im);
+    mpi_impl *im = moe_host_calloc(1, sizeof *im);
     moe_comm *c = im ? moe_comm_alloc(ctx, &moe_comm_mpi_ops, MOE_COMM_MPI, rank, size, timeout_ms) : NULL;
     if (!c) {
-        free(im);
+        moe_host_free(im);
         MPI_Comm_free(&owned);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }

@@ -27,6 +27,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm_impl.h"
 
 typedef struct nccl_impl {
@@ -491,7 +492,7 @@ static void release_impl(nccl_impl *im)
     if (im->scratch) cudaFree(im->scratch);
     if (im->stream) cudaStreamDestroy(im->stream);
     cudaGetLastError();
-    free(im);
+    moe_host_free(im);
 }
 
 /* Wraps an initialised (ready) NCCL comm; on failure aborts it. Call on im's device. */
@@ -504,7 +505,7 @@ static int32_t wrap(moe_context *ctx, int32_t timeout_ms, ncclComm_t comm, int d
         ncclCommAbort(comm);
         return moe_errorf(ctx, MOE_ERR_COMM, "%s: the new NCCL comm could not be queried: %s", fn, ncclGetErrorString(r));
     }
-    nccl_impl *im = calloc(1, sizeof *im);
+    nccl_impl *im = moe_host_calloc(1, sizeof *im);
     if (!im) {
         ncclCommAbort(comm);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);

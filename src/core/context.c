@@ -1,6 +1,7 @@
 /* Context lifetime and the core's copies and fills of device memory (through the context's backend). */
 #include <stdlib.h>
 
+#include "base/host_alloc.h"
 #include "core/context.h"
 
 void moe_context_retain(moe_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
@@ -12,7 +13,7 @@ void moe_context_release_ref(moe_context *ctx)
     ctx->cur_stream = ctx->stream;
     if (ctx->workspace) moe_mem_free(ctx, ctx->workspace, ctx->backend->workspace_bytes, MOE_MEM_WORKSPACE);
     moe_mem_trim(ctx); /* waits for the blocks still behind the copy stream, then empties the cache */
-    free(ctx->pending);
+    moe_host_free(ctx->pending);
     if (ctx->has_copy_stream) {
         moe_exec cx = moe_context_exec(ctx, ctx->copy_stream);
         ctx->backend->stream_destroy(&cx, ctx->copy_stream);
@@ -21,7 +22,7 @@ void moe_context_release_ref(moe_context *ctx)
     if (ctx->has_allocator && ctx->allocator.release) ctx->allocator.release(ctx->allocator.user_data);
     if (ctx->has_logger && ctx->logger.release) ctx->logger.release(ctx->logger.user_data);
     if (ctx->has_profiler && ctx->profiler.release) ctx->profiler.release(ctx->profiler.user_data);
-    free(ctx);
+    moe_host_free(ctx);
 }
 
 int32_t moe_copy_to_host(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes)

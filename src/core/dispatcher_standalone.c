@@ -10,6 +10,7 @@
  * Every result is formed in handle-owned scratch and copied to the host's tensor last, so a failed
  * call (a collective that times out, an allocation) leaves the host's outputs untouched.
  */
+#include "base/host_alloc.h"
 #include "core/dispatcher_standalone.h"
 
 #include <math.h>
@@ -67,7 +68,7 @@ void moe_dispatcher_release_ref(moe_dispatcher *d)
     if (atomic_fetch_sub(&d->refs, 1) != 1) return;
     moe_context *ctx = d->shell.ctx;
     if (d->shell.ep_comm) moe_comm_release_ref(d->shell.ep_comm);
-    free(d);
+    moe_host_free(d);
     moe_context_release_ref(ctx);
 }
 
@@ -137,7 +138,7 @@ int32_t moe_dispatch_run(moe_dispatcher *d, int64_t T, const void *x, const void
                          const void *probs, void *stream, moe_dispatch **out)
 {
     moe_context *ctx = d->shell.ctx;
-    moe_dispatch *h = calloc(1, sizeof *h);
+    moe_dispatch *h = moe_host_calloc(1, sizeof *h);
     if (!h) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatcher_dispatch: out of memory");
     h->d = d;
     h->step.layer = &d->shell;
@@ -163,7 +164,7 @@ void moe_dispatch_free(moe_dispatch *h)
     moe_step_free_tape(&h->step);
     moe_buf *own[5] = {&h->yrows, &h->rows_a, &h->rows_p, &h->tok_a, &h->tok_p};
     for (int i = 0; i < 5; i++) moe_buf_release(ctx, own[i]);
-    free(h);
+    moe_host_free(h);
     moe_dispatcher_release_ref(d);
 }
 
@@ -172,12 +173,12 @@ int32_t moe_dispatch_counts(const moe_dispatch *h, int64_t *tpe)
     moe_context *ctx = h->d->shell.ctx;
     const int32_t El = h->d->shell.E_local;
     const int64_t *xoff = h->step.tape.xoff.p; /* host */
-    int64_t *n = malloc(sizeof(int64_t) * (size_t)El);
+    int64_t *n = moe_host_malloc(sizeof(int64_t) * (size_t)El);
     if (!n) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_dispatch_rows: out of memory");
     for (int32_t j = 0; j < El; j++) n[j] = xoff[j + 1] - xoff[j];
     moe_exec ex = moe_context_enter(ctx, NULL);
     int32_t st = moe_copy_to_device(ctx, &ex, tpe, n, sizeof(int64_t) * (size_t)El);
-    free(n);
+    moe_host_free(n);
     return st;
 }
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm.h"
 #include "core/graph.h"
 
@@ -82,7 +83,7 @@ static void make_key(const moe_step *s, int32_t phase, const moe_exec *e, const 
 static void entry_clear(const moe_backend *be, graph_entry *g)
 {
     if (g->used && g->graph) be->graph_destroy(g->graph);
-    free(g->host_bytes);
+    moe_host_free(g->host_bytes);
     memset(g, 0, sizeof *g);
 }
 
@@ -91,7 +92,7 @@ void moe_graph_cache_free(moe_layer *L)
     if (!L->graphs) return;
     for (int p = 0; p < MOE_GRAPH_PHASES; p++)
         for (int i = 0; i < MOE_GRAPH_SLOTS; i++) entry_clear(L->ctx->backend, &L->graphs->e[p][i]);
-    free(L->graphs);
+    moe_host_free(L->graphs);
     L->graphs = NULL;
 }
 
@@ -131,7 +132,7 @@ int32_t moe_graph_run(moe_layer *L, moe_step *step, int32_t phase, const moe_exe
     moe_context *ctx = L->ctx;
     const moe_backend *be = ctx->backend;
     if (!L->graphs) {
-        L->graphs = calloc(1, sizeof *L->graphs);
+        L->graphs = moe_host_calloc(1, sizeof *L->graphs);
         if (!L->graphs) return body(L, step, e, arg); /* no memory for the cache: stay eager */
     }
     struct moe_graph_cache *gc = L->graphs;
@@ -175,7 +176,7 @@ int32_t moe_graph_run(moe_layer *L, moe_step *step, int32_t phase, const moe_exe
     slot->have_plan = step->host.have_plan;
     slot->host_len = host_buffers(step, NULL, 0);
     if (slot->host_len) {
-        slot->host_bytes = malloc(slot->host_len);
+        slot->host_bytes = moe_host_malloc(slot->host_len);
         if (!slot->host_bytes) {
             entry_clear(be, slot);
             return body(L, step, e, arg);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "comm/comm.h"
 #include "core/layer.h"
 #include "core/graph.h"
@@ -195,7 +196,7 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
 {
     moe_context *ctx = L->ctx;
     moe_exec ex = moe_context_enter(ctx, NULL);
-    double *host = malloc(sizeof(double) * INIT_CHUNK);
+    double *host = moe_host_malloc(sizeof(double) * INIT_CHUNK);
     if (!host) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_init_params: out of host memory");
     moe_buf stage = {0};
     int32_t st = moe_buf_reserve(ctx, &stage, sizeof(float) * INIT_CHUNK, MOE_MEM_WORKSPACE);
@@ -206,7 +207,7 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
         else st = init_slot(L, &ex, s, seed, host, &stage);
     }
     moe_buf_release(ctx, &stage);
-    free(host);
+    moe_host_free(host);
     return st;
 }
 
@@ -226,6 +227,6 @@ void moe_layer_release_ref(moe_layer *L)
     moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};
     for (int i = 0; i < 6; i++)
         if (comms[i]) moe_comm_release_ref(comms[i]);
-    free(L);
+    moe_host_free(L);
     moe_context_release_ref(ctx);
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "core/context.h"
 
 static void charge(moe_context *ctx, int32_t category, int64_t delta);
@@ -152,7 +153,7 @@ void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category)
     if (ctx->capturing) { /* no event may be recorded on a capturing stream: free after the capture */
         if (ctx->deferred_count == ctx->deferred_cap) {
             int32_t cap = ctx->deferred_cap ? 2 * ctx->deferred_cap : 16;
-            struct moe_deferred_free *d = realloc(ctx->deferred, (size_t)cap * sizeof *d);
+            struct moe_deferred_free *d = moe_host_realloc(ctx->deferred, (size_t)cap * sizeof *d);
             if (!d) { /* cannot defer: the capture is abandoned and the block leaks to nobody */
                 ctx->capture_broken = 1;
                 return;
@@ -214,7 +215,7 @@ void moe_mem_free_after(moe_context *ctx, void *ptr, size_t bytes, int32_t categ
     if (ctx->capturing) ctx->capture_broken = 1; /* a graph cannot free pool memory (core/graph.c) */
     if (ctx->pending_count == ctx->pending_cap) {
         int32_t cap = ctx->pending_cap ? 2 * ctx->pending_cap : 16;
-        moe_pending_free *d = realloc(ctx->pending, (size_t)cap * sizeof *d);
+        moe_pending_free *d = moe_host_realloc(ctx->pending, (size_t)cap * sizeof *d);
         if (!d) { /* no room to remember it: wait for its event here, then free it */
             (void)ctx->backend->event_sync(&ex, event);
             ctx->backend->event_destroy(&ex, event);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <omp.h>
 
+#include "base/host_alloc.h"
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -84,14 +85,14 @@ int32_t MOE_R(cpu_aux_stats)(const moe_exec *ex, int32_t score_function, int32_t
     int64_t B = T / S, nch = (S + AUX_CHUNK - 1) / AUX_CHUNK, C = B * nch;
     /* per-thread scratch: sh [E] real, sel [K] int32 */
     size_t stride = ((sizeof(real) * (size_t)E + sizeof(int32_t) * (size_t)K) + 15) & ~(size_t)15;
-    char *scratch = malloc(stride * (size_t)nt);
+    char *scratch = moe_host_malloc(stride * (size_t)nt);
     /* chunk partials, only when a sequence spans several chunks */
-    int64_t *pc = nch > 1 ? malloc(sizeof(int64_t) * (size_t)(C * E)) : NULL;
-    double *ps = nch > 1 ? malloc(sizeof(double) * (size_t)(C * E)) : NULL;
+    int64_t *pc = nch > 1 ? moe_host_malloc(sizeof(int64_t) * (size_t)(C * E)) : NULL;
+    double *ps = nch > 1 ? moe_host_malloc(sizeof(double) * (size_t)(C * E)) : NULL;
     if (!scratch || (nch > 1 && (!pc || !ps))) {
-        free(scratch);
-        free(pc);
-        free(ps);
+        moe_host_free(scratch);
+        moe_host_free(pc);
+        moe_host_free(ps);
         return MOE_ERR_OUT_OF_MEMORY;
     }
     const real *l = logits;
@@ -126,9 +127,9 @@ int32_t MOE_R(cpu_aux_stats)(const moe_exec *ex, int32_t score_function, int32_t
             }
         }
     }
-    free(scratch);
-    free(pc);
-    free(ps);
+    moe_host_free(scratch);
+    moe_host_free(pc);
+    moe_host_free(ps);
     return MOE_OK;
 }
 
@@ -145,7 +146,7 @@ int32_t MOE_R(cpu_aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E
     if (S < 1 || T % S != 0 || !logits || !coef || !dlogits) return MOE_ERR_INVALID_ARGUMENT;
 
     int nt = threads_of(ex);
-    real *scratch = malloc(sizeof(real) * (size_t)E * (size_t)nt);
+    real *scratch = moe_host_malloc(sizeof(real) * (size_t)E * (size_t)nt);
     if (!scratch) return MOE_ERR_OUT_OF_MEMORY;
     const real *l = logits;
     real *dl = dlogits;
@@ -172,7 +173,7 @@ int32_t MOE_R(cpu_aux_bwd)(const moe_exec *ex, int32_t score_function, int32_t E
             dl[t * E + e] += (real)(((w[e] - w[r]) - q) * g);
         }
     }
-    free(scratch);
+    moe_host_free(scratch);
     return MOE_OK;
 }
 
@@ -201,7 +202,7 @@ int32_t MOE_R(cpu_zloss_fwd)(const moe_exec *ex, int32_t E, int64_t T, const voi
     if (!logits) return MOE_ERR_INVALID_ARGUMENT;
     int nt = threads_of(ex);
     int64_t C = (T + AUX_CHUNK - 1) / AUX_CHUNK;
-    double *part = malloc(sizeof(double) * (size_t)C);
+    double *part = moe_host_malloc(sizeof(double) * (size_t)C);
     if (!part) return MOE_ERR_OUT_OF_MEMORY;
     const real *l = logits;
 
@@ -218,7 +219,7 @@ int32_t MOE_R(cpu_zloss_fwd)(const moe_exec *ex, int32_t E, int64_t T, const voi
     double s = 0;
     for (int64_t c = 0; c < C; c++) s += part[c];
     *sum_sq = s;
-    free(part);
+    moe_host_free(part);
     return MOE_OK;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -112,7 +113,7 @@ int32_t MOE_R(cpu_ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, 
     if (T_all > 0 && (grec == NULL || gslot == NULL)) return MOE_ERR_INVALID_ARGUMENT;
     const int64_t Rx = xoff[El];
     if (Rx > 0 && (rowtok == NULL || pr == NULL)) return MOE_ERR_INVALID_ARGUMENT;
-    int64_t *pos = malloc(sizeof(int64_t) * (size_t)El);
+    int64_t *pos = moe_host_malloc(sizeof(int64_t) * (size_t)El);
     if (!pos) return MOE_ERR_OUT_OF_MEMORY;
     /* validate everything before the first write: expert range and each expert's block size */
     for (int32_t e = 0; e < El; e++) pos[e] = 0;
@@ -126,7 +127,7 @@ int32_t MOE_R(cpu_ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, 
     for (int32_t e = 0; e < El && rc == MOE_OK; e++)
         if (pos[e] > xoff[e + 1] - xoff[e]) rc = MOE_ERR_INTERNAL;
     if (rc != MOE_OK) {
-        free(pos);
+        moe_host_free(pos);
         return rc;
     }
     const unsigned char *G = grec;
@@ -151,6 +152,6 @@ int32_t MOE_R(cpu_ag_expert_rows)(const moe_exec *ex, int64_t T_all, int32_t K, 
             rowtok[row] = -1;
             P[row] = RX(0.0);
         }
-    free(pos);
+    moe_host_free(pos);
     return MOE_OK;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <omp.h>
 
+#include "base/host_alloc.h"
 #include "moe.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -229,7 +230,7 @@ int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int
     int nt = threads_of(ex);
     int32_t E = rp->num_experts, K = rp->top_k, G = rp->num_groups > 1 ? rp->num_groups : 0;
     size_t stride = scratch_stride(E, G);
-    char *buf = malloc(stride * (size_t)nt);
+    char *buf = moe_host_malloc(stride * (size_t)nt);
     if (!buf) return MOE_ERR_OUT_OF_MEMORY;
     const real *l = logits, *b = bias;
     real *p = probs;
@@ -239,7 +240,7 @@ int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int
         route_scratch sc = scratch_at(buf, stride, omp_get_thread_num(), E, G);
         route_token(rp, l + t * E, b, &sc, idx + t * K, p + t * K);
     }
-    free(buf);
+    moe_host_free(buf);
     return MOE_OK;
 }
 
@@ -327,7 +328,7 @@ int32_t MOE_R(cpu_route_bwd)(const moe_exec *ex, const moe_route_params *rp, int
         if (idx[i] < 0 || idx[i] >= E) return MOE_ERR_INVALID_ARGUMENT;
 
     int nt = threads_of(ex);
-    real *buf = malloc(sizeof(real) * (size_t)E * (size_t)nt);
+    real *buf = moe_host_malloc(sizeof(real) * (size_t)E * (size_t)nt);
     if (!buf) return MOE_ERR_OUT_OF_MEMORY;
     const real *l = logits, *dp = dprobs;
     real *dl = dlogits;
@@ -336,6 +337,6 @@ int32_t MOE_R(cpu_route_bwd)(const moe_exec *ex, const moe_route_params *rp, int
     for (int64_t t = 0; t < T; t++)
         route_token_bwd(rp, l + t * E, idx + t * K, dp + t * K, buf + (int64_t)omp_get_thread_num() * E,
                         dl + t * E);
-    free(buf);
+    moe_host_free(buf);
     return MOE_OK;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "base/error.h"
 #include "backend/op_names.h"
 #include "backend/cuda/cuda_device.h"
@@ -99,7 +100,7 @@ static void cuda_device_close(void *state)
     for (int i = 0; i < d->retired_count; i++) cudaFree(d->retired[i]);
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->stream) cudaStreamDestroy(d->stream);
-    free(d);
+    moe_host_free(d);
 }
 
 static int32_t cuda_device_open(int32_t device_id, void **state)
@@ -112,7 +113,7 @@ static int32_t cuda_device_open(int32_t device_id, void **state)
     if (device_id < 0 || device_id >= n)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_config.device_id = %d; this machine has %d "
                           "CUDA device(s)", device_id, n);
-    moe_cuda_device *d = calloc(1, sizeof *d);
+    moe_cuda_device *d = moe_host_calloc(1, sizeof *d);
     if (!d) return MOE_ERR_OUT_OF_MEMORY;
     d->id = device_id;
     int32_t st = moe_cuda_check(cudaSetDevice(device_id), "cudaSetDevice");

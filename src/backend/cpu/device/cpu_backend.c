@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "moe.h"
 #include "backend/backend.h"
 
@@ -39,11 +40,11 @@ static void *cpu_default_stream(void *state)
 static int32_t cpu_host_alloc(size_t bytes, void **out)
 {
     size_t sz = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    *out = aligned_alloc(CPU_ALIGN, sz ? sz : CPU_ALIGN);
+    *out = moe_host_aligned_alloc(CPU_ALIGN, sz ? sz : CPU_ALIGN);
     return *out ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
-static void cpu_host_free(void *ptr) { free(ptr); }
+static void cpu_host_free(void *ptr) { moe_host_free(ptr); }
 
 static int32_t cpu_device_count(int32_t *count)
 {
@@ -55,14 +56,14 @@ static int32_t cpu_mem_alloc(const moe_exec *ex, size_t bytes, void **out)
 {
     (void)ex;
     size_t sz = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    *out = aligned_alloc(CPU_ALIGN, sz ? sz : CPU_ALIGN);
+    *out = moe_host_aligned_alloc(CPU_ALIGN, sz ? sz : CPU_ALIGN);
     return *out ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
 }
 
 static void cpu_mem_free(const moe_exec *ex, void *ptr, size_t bytes)
 {
     (void)ex, (void)bytes;
-    free(ptr);
+    moe_host_free(ptr);
 }
 
 static int32_t cpu_memcpy(const moe_exec *ex, void *dst, const void *src, size_t bytes, int32_t kind)
