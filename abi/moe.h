@@ -197,8 +197,16 @@ enum {
 enum { MOE_AUX_NONE = 0, MOE_AUX_SWITCH = 1, MOE_AUX_SEQUENCE = 2, MOE_AUX_GLOBAL = 3 };
 enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION = 1 };
 enum { MOE_DTYPE_FP32 = 0, MOE_DTYPE_BF16 = 1, MOE_DTYPE_FP64 = 2 /* CPU only: the reference precision */ };
+/* What a layer does with NaN/Inf in its inputs (moe_layer_config.nonfinite_policy; docs/semantics.md
+ * "NaN and Inf"). Under either policy the engine never checks gradients: a host that wants the "found
+ * inf" check of loss scaling (AMP's GradScaler) calls moe_layer_check_gradients before its optimizer step. */
 enum {
-    MOE_NONFINITE_REJECT = 0,   /* forward/backward return MOE_ERR_NONFINITE if x or dy holds NaN/Inf */
+    /* default: moe_layer_forward (x) and moe_layer_backward / backward_data (dy) return MOE_ERR_NONFINITE,
+     * before anything is written, when their input holds NaN/Inf. The message names the tensor, the token
+     * (row) and column of the first non-finite element, whether it is NaN, +Inf or -Inf, and how many the
+     * tensor holds ("x holds 3 non-finite values; the first is NaN at token 17, column 4 ..."). A clean
+     * input costs one flag read; the tensor is copied to the host only to write that message. */
+    MOE_NONFINITE_REJECT = 0,
     MOE_NONFINITE_PROPAGATE = 1 /* no check; NaN/Inf flow through as IEEE arithmetic makes them */
 };
 
@@ -340,6 +348,45 @@ MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed);
 MOE_API int32_t moe_layer_zero_grad(moe_layer *layer);
 enum { MOE_GRAD_ACCUMULATE = 0 /* default: backward adds into the gradients */, MOE_GRAD_OVERWRITE = 1 };
 MOE_API int32_t moe_layer_set_grad_mode(moe_layer *layer, int32_t mode);
+
+/* ---------------------------------------------------------------- non-finite gradients (0.2)
+ * The "found inf" check a host runs on the gradients before its optimizer step, as AMP's GradScaler
+ * does: when num_nonfinite > 0 it skips the step (and, with loss scaling, lowers the scale), or stops
+ * and reports the expert. The engine never checks gradients itself (nonfinite_policy is about x and
+ * dy): a NaN/Inf born inside the layer (an overflowing product, a NaN weight) reaches them under
+ * every policy. */
+enum {
+    MOE_NONFINITE_KIND_NONE = 0, /* no non-finite value was found */
+    MOE_NONFINITE_KIND_NAN = 1,
+    MOE_NONFINITE_KIND_POS_INF = 2,
+    MOE_NONFINITE_KIND_NEG_INF = 3
+};
+/* "First" is in scan order: slots in MOE_PARAM_* order, then experts, then elements, ascending. */
+typedef struct moe_nonfinite_report {
+    uint32_t struct_size;   /* set by the caller (moe_nonfinite_report_init); the engine fills
+                             * n = min(struct_size, its size) bytes and sets struct_size = n */
+    int32_t first_slot;     /* MOE_PARAM_* whose gradient holds the first non-finite value; -1 when none */
+    int64_t num_nonfinite;  /* non-finite gradient values over every slot: 0 = the optimizer step may run */
+    int64_t num_nan;        /* of which NaN (the others are +Inf or -Inf) */
+    int32_t num_experts;    /* this rank's experts whose EXPERT_FC1 or EXPERT_FC2 gradient holds any */
+    int32_t num_slots;      /* slots whose gradient holds any */
+    int32_t first_expert;   /* global expert id of the first value (EXPERT_FC1 / FC2 slots); -1 for the router
+                             * and shared-expert slots, and when none */
+    int32_t first_kind;     /* MOE_NONFINITE_KIND_* of the first value */
+    int64_t first_index;    /* its flat row-major index within that expert's block of the slot ([F1, H] of
+                             * EXPERT_FC1, [H, F] of EXPERT_FC2; this rank's ETP shard), or within the whole
+                             * slot when first_expert = -1; -1 when none */
+} moe_nonfinite_report;
+/* (0.2) Zeroes struct_size bytes of out and sets out->struct_size. */
+MOE_API int32_t moe_nonfinite_report_init(moe_nonfinite_report *out, size_t struct_size);
+/* (0.2) Scans every gradient slot of the layer (router weight, expert FC1 / FC2, the shared expert's;
+ * EXPERT_BIAS has none) for NaN and Inf, after the work queued on stream (NULL = the context's stream),
+ * and waits for the answer. Returns MOE_OK when the scan ran, whatever it found: the report says what
+ * (all zero, first_* = -1 and MOE_NONFINITE_KIND_NONE for clean gradients). The gradients are not
+ * changed. Cost: one finite check per expert block and one flag read; only a block holding a non-finite
+ * value is copied to the host, to locate and count them. With expert parallelism each rank reports its
+ * own experts; hosts reduce num_nonfinite over the ranks before deciding to skip. */
+MOE_API int32_t moe_layer_check_gradients(const moe_layer *layer, moe_nonfinite_report *out, void *stream);
 
 /* ---------------------------------------------------------------- steps */
 enum {
@@ -762,7 +809,8 @@ enum {
     MOE_STRUCT_DISPATCHER_CONFIG = 12,
     MOE_STRUCT_PLAN_MODEL = 13,
     MOE_STRUCT_PLAN_PARALLEL = 14,
-    MOE_STRUCT_PLAN_RESULT = 15
+    MOE_STRUCT_PLAN_RESULT = 15,
+    MOE_STRUCT_NONFINITE_REPORT = 16
 };
 /* *size = the struct's size in this library (its sizeof); *min_size = its size in its first release, the
  * smallest struct_size the library accepts (docs/abi.md lists both). Either pointer may be NULL. A host
@@ -804,7 +852,8 @@ enum {
     MOE_ENUM_PLAN_OFFLOAD = 28,     /* MOE_OFFLOAD_* of moe_plan_parallel (bits) */
     MOE_ENUM_PLAN_CATEGORY = 29,    /* the categories of moe_plan_result.bytes */
     MOE_ENUM_PLAN_COMM = 30,        /* MOE_PLAN_COMM_* */
-    MOE_ENUM_STRUCT = 31            /* MOE_STRUCT_* */
+    MOE_ENUM_STRUCT = 31,           /* MOE_STRUCT_* */
+    MOE_ENUM_NONFINITE_KIND = 32    /* MOE_NONFINITE_KIND_* */
 };
 /* The name of a constant as this header spells it ("MOE_ACT_GELU", "MOE_PARAM_EXPERT_FC1"), a static
  * string; NULL when the family has no constant of that value (or the family is unknown). The counts

@@ -28,6 +28,7 @@ const (
 	StructPlanModel        StructKind = C.MOE_STRUCT_PLAN_MODEL
 	StructPlanParallel     StructKind = C.MOE_STRUCT_PLAN_PARALLEL
 	StructPlanResult       StructKind = C.MOE_STRUCT_PLAN_RESULT
+	StructNonfiniteReport  StructKind = C.MOE_STRUCT_NONFINITE_REPORT
 )
 
 // headerSizes are the sizes this package was compiled with (the abi/moe.h cgo read).
@@ -48,6 +49,7 @@ var headerSizes = map[StructKind]int{
 	StructPlanModel:        C.sizeof_moe_plan_model,
 	StructPlanParallel:     C.sizeof_moe_plan_parallel,
 	StructPlanResult:       C.sizeof_moe_plan_result,
+	StructNonfiniteReport:  C.sizeof_moe_nonfinite_report,
 }
 
 // HeaderStructSize is the size of kind in the header this package was compiled against (0 for a
@@ -101,6 +103,7 @@ const (
 	EnumPlanCategory   EnumFamily = C.MOE_ENUM_PLAN_CATEGORY
 	EnumPlanComm       EnumFamily = C.MOE_ENUM_PLAN_COMM
 	EnumStruct         EnumFamily = C.MOE_ENUM_STRUCT
+	EnumNonfiniteKind  EnumFamily = C.MOE_ENUM_NONFINITE_KIND
 )
 
 // EnumName is the name of the constant value in family as abi/moe.h spells it (moe_enum_name), e.g.

@@ -36,6 +36,7 @@ int32_t gomoe_layer_backward_data(moe_layer *l, moe_step *s, DLTensor *dy, void 
 int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream);
 int32_t gomoe_step_prefetch(moe_step *s, uintptr_t stream);
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream);
+int32_t gomoe_layer_check_gradients(const moe_layer *l, moe_nonfinite_report *out, uintptr_t stream);
 int32_t gomoe_context_memory_trim(moe_context *ctx, uintptr_t stream);
 int32_t gomoe_layer_import_param(moe_layer *l, int32_t slot, DLTensor *src, void *srcd);
 int32_t gomoe_layer_export_param(moe_layer *l, int32_t slot, int32_t grad, DLTensor *dst, void *dstd);

@@ -74,6 +74,11 @@ int32_t gomoe_step_prefetch(moe_step *s, uintptr_t stream) { return moe_step_pre
 
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream) { return moe_layer_reduce_grads(l, (void *)stream); }
 
+int32_t gomoe_layer_check_gradients(const moe_layer *l, moe_nonfinite_report *out, uintptr_t stream)
+{
+    return moe_layer_check_gradients(l, out, (void *)stream);
+}
+
 int32_t gomoe_context_memory_trim(moe_context *ctx, uintptr_t stream)
 {
     return moe_context_memory_trim(ctx, (void *)stream);

@@ -174,8 +174,8 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
     if (probs) {
         st = moe_check_tensor(ctx, probs, "probs", 2, ps, d->dtype);
         if (st) return st;
-        st = moe_require_finite(ctx, &ex, moe_tensor_data(probs), T * K, d->dtype,
-                                "probs holds NaN or Inf; expected finite probabilities");
+        st = moe_require_finite(ctx, &ex, moe_tensor_data(probs), T, K, d->dtype, "probs",
+                                "; expected finite probabilities");
         if (st) return st;
     }
     st = check_index_values(ctx, &ex, moe_tensor_data(indices), bits, T, K, E);

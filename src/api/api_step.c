@@ -97,8 +97,8 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     moe_exec ex = moe_context_enter(ctx, stream);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
     if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
-        TRY(moe_require_finite(ctx, &ex, moe_tensor_data(x), T * layer->H, layer->dtype,
-                               "x holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
+        TRY(moe_require_finite(ctx, &ex, moe_tensor_data(x), T, layer->H, layer->dtype, "x",
+                               " (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
                             moe_layer_forward_run(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
@@ -120,8 +120,8 @@ static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTen
     if (st) return st;
     /* before the tape is touched: a rejected backward leaves the step as it was */
     if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
-        TRY(moe_require_finite(ctx, ex, moe_tensor_data(dy), step->T * layer->H, layer->dtype,
-                               "dy holds NaN or Inf (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
+        TRY(moe_require_finite(ctx, ex, moe_tensor_data(dy), step->T, layer->H, layer->dtype, "dy",
+                               " (cfg.nonfinite_policy = MOE_NONFINITE_REJECT)"));
     return MOE_OK;
 }
 

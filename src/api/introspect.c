@@ -24,6 +24,7 @@ static const moe_struct_desc *const structs[] = {
     [MOE_STRUCT_PLAN_MODEL] = &moe_desc_plan_model,
     [MOE_STRUCT_PLAN_PARALLEL] = &moe_desc_plan_parallel,
     [MOE_STRUCT_PLAN_RESULT] = &moe_desc_plan_result,
+    [MOE_STRUCT_NONFINITE_REPORT] = &moe_desc_nonfinite_report,
 };
 #define NUM_STRUCTS ((int32_t)(sizeof structs / sizeof structs[0]))
 
@@ -31,7 +32,7 @@ MOE_API int32_t moe_struct_size(int32_t kind, size_t *size, size_t *min_size)
 {
     if (kind < 0 || kind >= NUM_STRUCTS)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_struct_size: kind = %d; expected MOE_STRUCT_CONTEXT_CONFIG "
-                          "(0) .. MOE_STRUCT_PLAN_RESULT (%d) (this library is %d.%d)", kind, NUM_STRUCTS - 1,
+                          "(0) .. %s (%d) (this library is %d.%d)", kind, moe_enum_name(MOE_ENUM_STRUCT, NUM_STRUCTS - 1), NUM_STRUCTS - 1,
                           MOE_VERSION_MAJOR, MOE_VERSION_MINOR);
     if (size) *size = structs[kind]->size;
     if (min_size) *min_size = structs[kind]->min_size;
@@ -54,6 +55,7 @@ static const named family_names[] = {
     N(MOE_ENUM_STEP_FLAG),      N(MOE_ENUM_ROUTING),         N(MOE_ENUM_COMM),          N(MOE_ENUM_GROUP),
     N(MOE_ENUM_DISPATCHER),     N(MOE_ENUM_COMBINE),         N(MOE_ENUM_PLAN_ATTN),     N(MOE_ENUM_PLAN_RECOMPUTE),
     N(MOE_ENUM_PLAN_OFFLOAD),   N(MOE_ENUM_PLAN_CATEGORY),   N(MOE_ENUM_PLAN_COMM),     N(MOE_ENUM_STRUCT),
+    N(MOE_ENUM_NONFINITE_KIND),
 };
 static const named status_names[] = {
     N(MOE_OK),          N(MOE_ERR_INVALID_ARGUMENT), N(MOE_ERR_UNSUPPORTED), N(MOE_ERR_OUT_OF_MEMORY),
@@ -76,6 +78,8 @@ static const named aux_names[] = {N(MOE_AUX_NONE), N(MOE_AUX_SWITCH), N(MOE_AUX_
 static const named drop_names[] = {N(MOE_DROP_PROBS), N(MOE_DROP_POSITION)};
 static const named dtype_names[] = {N(MOE_DTYPE_FP32), N(MOE_DTYPE_BF16), N(MOE_DTYPE_FP64), N(MOE_DTYPE_INT64)};
 static const named nonfinite_names[] = {N(MOE_NONFINITE_REJECT), N(MOE_NONFINITE_PROPAGATE)};
+static const named nonfinite_kind_names[] = {N(MOE_NONFINITE_KIND_NONE), N(MOE_NONFINITE_KIND_NAN),
+                                             N(MOE_NONFINITE_KIND_POS_INF), N(MOE_NONFINITE_KIND_NEG_INF)};
 static const named graphs_names[] = {N(MOE_GRAPHS_AUTO), N(MOE_GRAPHS_OFF)};
 static const named layer_recompute_names[] = {N(MOE_LAYER_RECOMPUTE_EXPERT_FC1), N(MOE_LAYER_RECOMPUTE_ROUTER),
                                               N(MOE_LAYER_RECOMPUTE_EXPERT_MLP)};
@@ -112,7 +116,7 @@ static const named struct_names[] = {
     N(MOE_STRUCT_STEP_CONFIG),    N(MOE_STRUCT_ROUTING_STATS),   N(MOE_STRUCT_COMM_CONFIG),
     N(MOE_STRUCT_COMM_HOOKS),     N(MOE_STRUCT_LAYOUT_CONFIG),   N(MOE_STRUCT_PARALLEL_CONFIG),
     N(MOE_STRUCT_DISPATCHER_CONFIG), N(MOE_STRUCT_PLAN_MODEL),   N(MOE_STRUCT_PLAN_PARALLEL),
-    N(MOE_STRUCT_PLAN_RESULT),
+    N(MOE_STRUCT_PLAN_RESULT),    N(MOE_STRUCT_NONFINITE_REPORT),
 };
 
 typedef struct family {
@@ -153,6 +157,7 @@ static const family families[] = {
     [MOE_ENUM_PLAN_CATEGORY] = F(plan_category_names),
     [MOE_ENUM_PLAN_COMM] = F(plan_comm_names),
     [MOE_ENUM_STRUCT] = F(struct_names),
+    [MOE_ENUM_NONFINITE_KIND] = F(nonfinite_kind_names),
 };
 #define NUM_FAMILIES ((int32_t)(sizeof families / sizeof families[0]))
 
@@ -170,7 +175,7 @@ MOE_API int32_t moe_enum_value(int32_t fam, const char *name, int64_t *value)
     const char *fn = "moe_enum_value";
     if (fam < 0 || fam >= NUM_FAMILIES)
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: family = %d; expected MOE_ENUM_FAMILY (0) .. "
-                          "MOE_ENUM_STRUCT (%d) (this library is %d.%d)", fn, fam, NUM_FAMILIES - 1, MOE_VERSION_MAJOR,
+                          "%s (%d) (this library is %d.%d)", fn, fam, family_names[NUM_FAMILIES - 1].name, NUM_FAMILIES - 1, MOE_VERSION_MAJOR,
                           MOE_VERSION_MINOR);
     if (!name) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: name is NULL", fn);
     if (!value) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: value is NULL", fn);

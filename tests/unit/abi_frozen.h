@@ -5,7 +5,7 @@
  *    0.2.0 version bump e190197): context config, layer config (up to `seed`), step config, memory
  *    stats (up to `num_allocations`), routing stats (up to `z_loss`) and the three hook tables.
  *  - moe02_*: the final 0.2 layout of every struct with struct_size (0.2 added the communicator,
- *    layout, parallel, dispatcher and planner structs; it appended fields to the layer config, the
+ *    layout, parallel, dispatcher and planner structs and the non-finite gradient report; it appended fields to the layer config, the
  *    step config and both stats structs).
  *
  * These copies never change: a host built against 0.1 or 0.2 keeps these bytes forever. The tests
@@ -319,5 +319,17 @@ typedef struct moe02_plan_result {
     int64_t params_total;
     int64_t params_per_gpu;
 } moe02_plan_result;
+
+typedef struct moe02_nonfinite_report {
+    uint32_t struct_size;
+    int32_t first_slot;
+    int64_t num_nonfinite;
+    int64_t num_nan;
+    int32_t num_experts;
+    int32_t num_slots;
+    int32_t first_expert;
+    int32_t first_kind;
+    int64_t first_index;
+} moe02_nonfinite_report;
 
 #endif /* MOE_TEST_ABI_FROZEN_H */

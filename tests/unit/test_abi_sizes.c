@@ -7,7 +7,8 @@
  *  - create / copy accepts a 0.1-sized input (in memory of exactly that size: ASan / valgrind catch a
  *    read past it) and the missing fields take their defaults;
  *  - outputs (moe_layer_get_config, moe_step_routing_stats, moe_context_memory_stats,
- *    moe_step_memory_stats, moe_plan_layer_estimate, moe_plan_estimate) write at most the caller's
+ *    moe_step_memory_stats, moe_plan_layer_estimate, moe_plan_estimate, moe_layer_check_gradients) write
+ *    at most the caller's
  *    struct_size and set struct_size to the bytes written;
  *  - a struct_size between two releases is accepted when it ends after a whole field and rejected
  *    (MOE_ERR_VERSION, naming the field) when it ends inside one;
@@ -224,6 +225,16 @@ START_TEST(frozen_layouts_are_prefixes_of_today)
     SAME(moe02_plan_result, moe_plan_result, device_memory_bytes); SAME(moe02_plan_result, moe_plan_result, fits);
     SAME(moe02_plan_result, moe_plan_result, comm_bytes); SAME(moe02_plan_result, moe_plan_result, params_total);
     SAME(moe02_plan_result, moe_plan_result, params_per_gpu);
+    GROWS(moe02_nonfinite_report, moe_nonfinite_report);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, struct_size);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, first_slot);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, num_nonfinite);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, num_nan);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, num_experts);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, num_slots);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, first_expert);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, first_kind);
+    SAME(moe02_nonfinite_report, moe_nonfinite_report, first_index);
 }
 END_TEST
 
@@ -648,6 +659,39 @@ START_TEST(plan_structs_sizes)
 }
 END_TEST
 
+START_TEST(nonfinite_report_sizes)
+{
+    lu_layer l = make_layer();
+    moe_step *s = forward_step(&l);
+    moe_step_destroy(s);
+    const uint32_t n = sizeof(moe02_nonfinite_report);
+    unsigned char *b = out_buf(n);
+    ck_assert_int_eq(moe_layer_check_gradients(l.layer, (moe_nonfinite_report *)(void *)b, NULL), MOE_OK);
+    guard_intact(b, n, "moe_layer_check_gradients");
+    ck_assert_uint_eq(struct_size_of(b), n);
+    moe_nonfinite_report r;
+    memcpy(&r, b, sizeof r);
+    ck_assert_int_eq(r.first_slot, -1); /* no backward: zero gradients */
+    free(b);
+    b = out_buf(n + 16);
+    memset(b + n, GUARD, 16);
+    ck_assert_int_eq(moe_layer_check_gradients(l.layer, (moe_nonfinite_report *)(void *)b, NULL), MOE_OK);
+    ck_assert_uint_eq(struct_size_of(b), n); /* the bytes written */
+    guard_intact(b, n + 16, "moe_layer_check_gradients (larger struct)");
+    free(b);
+    const uint32_t bad[] = {8, n - 8}; /* 0.2 is this struct's first release: nothing smaller exists */
+    for (int i = 0; i < 2; i++) {
+        b = out_buf(bad[i]);
+        ck_assert_int_eq(moe_layer_check_gradients(l.layer, (moe_nonfinite_report *)(void *)b, NULL), MOE_ERR_VERSION);
+        expect_msg(l.ctx, MOE_ERR_VERSION, "out->struct_size", NULL);
+        for (uint32_t j = 4; j < bad[i]; j++) ck_assert_uint_eq(b[j], 0);
+        guard_intact(b, bad[i], "failed moe_layer_check_gradients");
+        free(b);
+    }
+    lu_destroy(&l);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ the other 0.2 configs */
 START_TEST(configs_born_in_0_2)
 {
@@ -718,6 +762,7 @@ int main(void)
     tcase_add_test(tc, routing_stats_sizes);
     tcase_add_test(tc, memory_stats_sizes_all_writers);
     tcase_add_test(tc, plan_structs_sizes);
+    tcase_add_test(tc, nonfinite_report_sizes);
     tcase_add_test(tc, configs_born_in_0_2);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);

@@ -6,8 +6,9 @@
  *    constant added later without a name fails here) has its name in exactly one family, name and
  *    value map both ways, counts have no name, bit sets name single bits only; errors name the
  *    argument and leave *value alone;
- *  - moe_routing_stats_init, moe_memory_stats_init, moe_plan_result_init: write exactly the size they
- *    are given (0.1 sizes included), refuse what the struct_size rules refuse.
+ *  - moe_routing_stats_init, moe_memory_stats_init, moe_plan_result_init, moe_nonfinite_report_init:
+ *    write exactly the size they are given (0.1 sizes included), refuse what the struct_size rules
+ *    refuse.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -50,6 +51,7 @@ START_TEST(struct_sizes)
         {MOE_STRUCT_PLAN_MODEL, sizeof(moe_plan_model), sizeof(moe02_plan_model)},
         {MOE_STRUCT_PLAN_PARALLEL, sizeof(moe_plan_parallel), sizeof(moe02_plan_parallel)},
         {MOE_STRUCT_PLAN_RESULT, sizeof(moe_plan_result), sizeof(moe02_plan_result)},
+        {MOE_STRUCT_NONFINITE_REPORT, sizeof(moe_nonfinite_report), sizeof(moe02_nonfinite_report)},
     };
     const int n = (int)(sizeof want / sizeof want[0]);
     for (int i = 0; i < n; i++) {
@@ -139,7 +141,9 @@ static const known constants[] = {
     K_(STRUCT, MOE_STRUCT_STEP_CONFIG), K_(STRUCT, MOE_STRUCT_ROUTING_STATS), K_(STRUCT, MOE_STRUCT_COMM_CONFIG),
     K_(STRUCT, MOE_STRUCT_COMM_HOOKS), K_(STRUCT, MOE_STRUCT_LAYOUT_CONFIG), K_(STRUCT, MOE_STRUCT_PARALLEL_CONFIG),
     K_(STRUCT, MOE_STRUCT_DISPATCHER_CONFIG), K_(STRUCT, MOE_STRUCT_PLAN_MODEL), K_(STRUCT, MOE_STRUCT_PLAN_PARALLEL),
-    K_(STRUCT, MOE_STRUCT_PLAN_RESULT),
+    K_(STRUCT, MOE_STRUCT_PLAN_RESULT), K_(STRUCT, MOE_STRUCT_NONFINITE_REPORT),
+    K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NONE), K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NAN),
+    K_(NONFINITE_KIND, MOE_NONFINITE_KIND_POS_INF), K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NEG_INF),
     K_(FAMILY, MOE_ENUM_FAMILY), K_(FAMILY, MOE_ENUM_STATUS), K_(FAMILY, MOE_ENUM_FEATURE), K_(FAMILY, MOE_ENUM_LOG_LEVEL),
     K_(FAMILY, MOE_ENUM_DEVICE), K_(FAMILY, MOE_ENUM_MEM), K_(FAMILY, MOE_ENUM_ACTIVATION), K_(FAMILY, MOE_ENUM_SCORE),
     K_(FAMILY, MOE_ENUM_AUX), K_(FAMILY, MOE_ENUM_DROP), K_(FAMILY, MOE_ENUM_DTYPE), K_(FAMILY, MOE_ENUM_NONFINITE),
@@ -149,7 +153,7 @@ static const known constants[] = {
     K_(FAMILY, MOE_ENUM_ROUTING), K_(FAMILY, MOE_ENUM_COMM), K_(FAMILY, MOE_ENUM_GROUP), K_(FAMILY, MOE_ENUM_DISPATCHER),
     K_(FAMILY, MOE_ENUM_COMBINE), K_(FAMILY, MOE_ENUM_PLAN_ATTN), K_(FAMILY, MOE_ENUM_PLAN_RECOMPUTE),
     K_(FAMILY, MOE_ENUM_PLAN_OFFLOAD), K_(FAMILY, MOE_ENUM_PLAN_CATEGORY), K_(FAMILY, MOE_ENUM_PLAN_COMM),
-    K_(FAMILY, MOE_ENUM_STRUCT),
+    K_(FAMILY, MOE_ENUM_STRUCT), K_(FAMILY, MOE_ENUM_NONFINITE_KIND),
 };
 #define NUM_KNOWN ((int)(sizeof constants / sizeof constants[0]))
 
@@ -179,11 +183,11 @@ START_TEST(names_and_values_both_ways)
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_FEATURE, MOE_FEATURE_CPU | MOE_FEATURE_CUDA));
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_ACTIVATION, -1));
     ck_assert_ptr_null(moe_enum_name(-1, 0));
-    ck_assert_ptr_null(moe_enum_name(32, 0));
+    ck_assert_ptr_null(moe_enum_name(MOE_ENUM_NONFINITE_KIND + 1, 0));
     /* the families list themselves, densely from 0 */
     int32_t nfam = 0;
     while (moe_enum_name(MOE_ENUM_FAMILY, nfam)) nfam++;
-    ck_assert_int_eq(nfam, MOE_ENUM_STRUCT + 1);
+    ck_assert_int_eq(nfam, MOE_ENUM_NONFINITE_KIND + 1);
     for (int32_t f = 0; f < nfam; f++) { /* and each has constants */
         int n = 0;
         for (int i = 0; i < NUM_KNOWN; i++) n += constants[i].family == f;
@@ -269,6 +273,7 @@ typedef int32_t (*init_fn)(void *p, size_t n);
 static int32_t rs_init(void *p, size_t n) { return moe_routing_stats_init(p, n); }
 static int32_t ms_init(void *p, size_t n) { return moe_memory_stats_init(p, n); }
 static int32_t pr_init(void *p, size_t n) { return moe_plan_result_init(p, n); }
+static int32_t nr_init(void *p, size_t n) { return moe_nonfinite_report_init(p, n); }
 
 static void output_init(const char *name, init_fn fn, size_t first, size_t now)
 {
@@ -296,6 +301,7 @@ START_TEST(output_struct_inits)
     output_init("moe_routing_stats_init", rs_init, sizeof(moe01_routing_stats), sizeof(moe_routing_stats));
     output_init("moe_memory_stats_init", ms_init, sizeof(moe01_memory_stats), sizeof(moe_memory_stats));
     output_init("moe_plan_result_init", pr_init, sizeof(moe02_plan_result), sizeof(moe_plan_result));
+    output_init("moe_nonfinite_report_init", nr_init, sizeof(moe02_nonfinite_report), sizeof(moe_nonfinite_report));
     /* an initialised routing stats struct is what moe_step_routing_stats takes */
     moe_layer_config c = lu_config(8, 8, 4, 2);
     lu_layer l;

@@ -46,6 +46,11 @@ const DTYPE_FP64 = Int32(2)
 
 const NONFINITE_REJECT = Int32(0)
 const NONFINITE_PROPAGATE = Int32(1)
+# What a non-finite value is (NonfiniteReport.first_kind).
+const NONFINITE_KIND_NONE = Int32(0)
+const NONFINITE_KIND_NAN = Int32(1)
+const NONFINITE_KIND_POS_INF = Int32(2)
+const NONFINITE_KIND_NEG_INF = Int32(3)
 
 # Whether a layer captures its calls as CUDA Graphs (the `graphs` keyword; no effect on CPU).
 const GRAPHS_AUTO = Int32(0)
@@ -217,6 +222,28 @@ struct RoutingStats
     quant_saturated::Int64
 end
 
+"""
+    NonfiniteReport
+
+What [`check_gradients`](@ref) found (`moe_nonfinite_report`): `num_nonfinite` gradient values that
+are NaN or Inf over every slot (of which `num_nan` NaN), in `num_experts` of this rank's experts and
+`num_slots` slots; the first in scan order (slots, then experts, then elements) is in slot
+`first_slot` (a `PARAM_*`, -1 when none), global expert `first_expert` (-1 for the router and shared
+slots), at the 0-based row-major index `first_index` within that expert's block of the slot (the
+whole slot for expert -1), of kind `first_kind` (`NONFINITE_KIND_*`).
+"""
+struct NonfiniteReport
+    struct_size::UInt32
+    first_slot::Int32
+    num_nonfinite::Int64
+    num_nan::Int64
+    num_experts::Int32
+    num_slots::Int32
+    first_expert::Int32
+    first_kind::Int32
+    first_index::Int64
+end
+
 # moe_allocator: the hook table a TrackingAllocator installs.
 struct AllocatorTable
     struct_size::UInt32
@@ -244,6 +271,7 @@ const STRUCT_DISPATCHER_CONFIG = Int32(12)
 const STRUCT_PLAN_MODEL = Int32(13)
 const STRUCT_PLAN_PARALLEL = Int32(14)
 const STRUCT_PLAN_RESULT = Int32(15)
+const STRUCT_NONFINITE_REPORT = Int32(16)
 const ENUM_FAMILY = Int32(0)
 const ENUM_STATUS = Int32(1)
 const ENUM_FEATURE = Int32(2)
@@ -276,6 +304,7 @@ const ENUM_PLAN_OFFLOAD = Int32(28)
 const ENUM_PLAN_CATEGORY = Int32(29)
 const ENUM_PLAN_COMM = Int32(30)
 const ENUM_STRUCT = Int32(31)
+const ENUM_NONFINITE_KIND = Int32(32)
 
 zero_field(::Type{T}) where {T} = T <: Ptr ? T(C_NULL) : zero(T)
 

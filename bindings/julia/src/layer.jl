@@ -144,6 +144,24 @@ function reset_global_aux!(layer::Layer)
 end
 
 """
+    check_gradients(layer; stream = C_NULL) -> NonfiniteReport
+
+The "found inf" check before the optimizer step (`moe_layer_check_gradients`, as AMP's GradScaler
+does): scans every gradient slot for NaN and Inf, after the work queued on `stream` (`C_NULL`: the
+context's stream). When `report.num_nonfinite > 0`, skip the step (and lower the loss scale), or
+stop and report `first_expert`. The gradients are not changed.
+"""
+function check_gradients(layer::Layer; stream = C_NULL)
+    out = blank_output(NonfiniteReport, :moe_nonfinite_report_init)
+    GC.@preserve layer begin
+        st = @ccall $(fn(:moe_layer_check_gradients))(handle(layer)::Ptr{Cvoid}, out::Ref{NonfiniteReport},
+                                                      streamptr(stream)::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    out[]
+end
+
+"""
     reduce_grads!(layer; stream = C_NULL)
 
 Sums the gradients over their groups (`moe_layer_reduce_grads`): expert weights over the layer's

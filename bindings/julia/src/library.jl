@@ -30,7 +30,7 @@ const SYMBOL_NAMES = (
     :moe_plan_model_init, :moe_plan_parallel_init, :moe_plan_model_preset, :moe_plan_estimate,
     :moe_plan_layer_estimate,
     :moe_struct_size, :moe_enum_name, :moe_enum_value, :moe_routing_stats_init, :moe_memory_stats_init,
-    :moe_plan_result_init,
+    :moe_plan_result_init, :moe_nonfinite_report_init, :moe_layer_check_gradients,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 

@@ -38,6 +38,8 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.PlanResult) == 176
         @test fieldoffset(LibMoE.LayoutConfig, Base.fieldindex(LibMoE.LayoutConfig, :order)) == 48
         @test sizeof(LibMoE.ParallelConfig) == 72
+        @test sizeof(LibMoE.NonfiniteReport) == 48
+        @test fieldoffset(LibMoE.NonfiniteReport, Base.fieldindex(LibMoE.NonfiniteReport, :first_index)) == 40
     end
     include("layer_tests.jl")
     include("error_tests.jl")
@@ -54,4 +56,5 @@ include("hooks_helpers.jl")
     include("plan_tests.jl")
     include("aux_scale_tests.jl")
     include("introspect_tests.jl")
+    include("nonfinite_tests.jl")
 end

@@ -41,6 +41,14 @@ extern "C" {
     pub fn moe_layer_zero_grad(layer: *mut moe_layer) -> i32;
     pub fn moe_layer_set_grad_mode(layer: *mut moe_layer, mode: i32) -> i32;
 
+    // ---- non-finite gradients (0.2)
+    pub fn moe_nonfinite_report_init(out: *mut moe_nonfinite_report, struct_size: usize) -> i32;
+    pub fn moe_layer_check_gradients(
+        layer: *const moe_layer,
+        out: *mut moe_nonfinite_report,
+        stream: *mut c_void,
+    ) -> i32;
+
     // ---- steps
     pub fn moe_step_config_init(cfg: *mut moe_step_config, struct_size: usize) -> i32;
     pub fn moe_step_create(layer: *mut moe_layer, cfg: *const moe_step_config, out: *mut *mut moe_step) -> i32;

@@ -252,3 +252,23 @@ pub struct moe_plan_result {
     pub params_total: i64,
     pub params_per_gpu: i64,
 }
+
+/// What `moe_layer_check_gradients` found (since 0.2). "First" is in scan order: slots, then
+/// experts, then elements.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct moe_nonfinite_report {
+    pub struct_size: u32,
+    /// MOE_PARAM_* of the first non-finite gradient value; -1 when none
+    pub first_slot: i32,
+    pub num_nonfinite: i64,
+    pub num_nan: i64,
+    pub num_experts: i32,
+    pub num_slots: i32,
+    /// global expert id; -1 for the router / shared slots, and when none
+    pub first_expert: i32,
+    /// MOE_NONFINITE_KIND_*
+    pub first_kind: i32,
+    /// flat index within the expert's block of the slot (the whole slot for expert -1); -1 when none
+    pub first_index: i64,
+}

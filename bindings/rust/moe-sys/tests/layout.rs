@@ -84,6 +84,10 @@ fn rust_layouts() -> Vec<Layout> {
             struct_size, stage, bytes, total_bytes, device_memory_bytes, fits, reserved, comm_bytes, params_total,
             params_per_gpu
         }),
+        layout!(moe_nonfinite_report {
+            struct_size, first_slot, num_nonfinite, num_nan, num_experts, num_slots, first_expert, first_kind,
+            first_index
+        }),
     ]
 }
 

@@ -10,6 +10,7 @@ use crate::context::Context;
 use crate::device::Stream;
 use crate::error::{Error, Result};
 use crate::exported::Exported;
+use crate::grad_check::NonfiniteReport;
 use crate::step::Step;
 use crate::tensor::{AsTensor, AsTensorMut, Element, TensorMut, TensorRef};
 use crate::unit::{NotSync, Unit};
@@ -275,6 +276,23 @@ impl Layer {
 
     pub fn reset_global_aux(&mut self) -> Result<()> {
         self.call(|l| unsafe { sys::moe_layer_reset_global_aux(l) })
+    }
+
+    /// The "found inf" check before the optimizer step (`moe_layer_check_gradients`): scans every
+    /// gradient slot for NaN and Inf and reports how many, in how many experts, and where the first
+    /// is. The gradients are not changed. With expert parallelism each rank reports its own experts.
+    pub fn check_gradients(&self) -> Result<NonfiniteReport> {
+        self.check_gradients_on(Stream::DEFAULT)
+    }
+
+    /// `check_gradients`, after the work queued on `stream`.
+    pub fn check_gradients_on(&self, stream: Stream) -> Result<NonfiniteReport> {
+        let mut r = sys::moe_nonfinite_report::default();
+        crate::config::init_ok(unsafe {
+            sys::moe_nonfinite_report_init(&mut r, std::mem::size_of::<sys::moe_nonfinite_report>())
+        })?;
+        self.call(|l| unsafe { sys::moe_layer_check_gradients(l, &mut r, stream.as_raw()) })?;
+        Ok(NonfiniteReport::from_raw(&r))
     }
 
     /// Sums the gradients over the parallel config's edp / dp comms.
