@@ -16,7 +16,7 @@ packages=(
   libopenblas-dev   # CPU GEMMs of fp64 layers (the reference precision)
   libdnnl-dev       # oneDNN: CPU GEMMs of fp32 / bf16 layers
   ocl-icd-opencl-dev # OpenCL loader: Debian's oneDNN CMake package requires it at configure time
-  valgrind
+  valgrind          # memcheck over the unit tests (tests/valgrind/run.sh) and the install test
   python3-torch     # PyTorch reference in the benchmarks (run with /usr/bin/python3)
   abigail-tools     # abidiff: ABI compatibility checks
   libopenmpi-dev    # MPI communicators (CPU ranks)

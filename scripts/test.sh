@@ -7,6 +7,8 @@
 #                   kernel simulator's harness runs included; GPU-labelled tests only where a GPU is)
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and tests; ctest -L unit (leaks
 #                   checked), then ctest -L mpi with 2 threads per rank
+#      valgrind     every unit-labelled test of build/ under valgrind memcheck (tests/valgrind/run.sh:
+#                   leaks and memory errors, third-party suppressions only; one line per test)
 #      build-fuzz/  fuzz (libFuzzer, ASan+UBSan): tests/fuzz/run.sh 45 builds the harnesses with
 #                   clang, replays tests/fuzz/regress, fuzzes each harness 45 s and prints its
 #                   execution count (fails on any crash)
@@ -109,6 +111,14 @@ ASAN_OPTIONS="detect_leaks=0" MOE_TEST_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -L mpi
 unset ASAN_OPTIONS UBSAN_OPTIONS
 done_section "$current"
+
+current="valgrind memcheck (build/, ctest -L unit)"; section "$current"
+# every unit test of the Release build (it has -g) under memcheck, two at a time; fails on any report
+mkdir -p build/valgrind-stage
+bash tests/valgrind/run.sh build -j "$jobs" | tee build/valgrind-stage/summary.txt
+done_section "$current"
+# the totals again in the final summary
+while read -r line; do results+=("  $line"); done < <(grep -E '^valgrind: [0-9]+ tests, ' build/valgrind-stage/summary.txt)
 
 current="fuzz (libFuzzer, ASan+UBSan)"; section "$current"
 # one line per harness with its execution count (tests/fuzz/README.md); the grown corpora and any

@@ -431,7 +431,9 @@ START_TEST(test_all_orders)
     };
     int perm[5] = {0, 1, 2, 3, 4};
     int accepted = 0, rejected = 0;
-    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    /* under valgrind (tu_light) every 120 orders over the first three size sets */
+    const size_t nsizes = tu_light() ? 3 : sizeof sizes / sizeof sizes[0];
+    for (size_t si = 0; si < nsizes; si++) {
         const int32_t *z = sizes[si];
         /* iterate permutations of perm by Heap's algorithm (iterative form) */
         int cnt[5] = {0}, i = 0;
@@ -466,7 +468,7 @@ START_TEST(test_all_orders)
             }
         }
     }
-    ck_assert_int_eq(accepted + rejected, 8 * 120);
+    ck_assert_int_eq(accepted + rejected, (int)nsizes * 120);
     ck_assert_int_gt(rejected, 0); /* the sweep covers both outcomes */
 }
 END_TEST

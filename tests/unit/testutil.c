@@ -106,3 +106,9 @@ int tu_run_suite(Suite *s)
     srunner_free(sr);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
+
+int tu_light(void)
+{
+    const char *v = getenv("MOE_TEST_LIGHT");
+    return v != NULL && v[0] == '1' && v[1] == '\0';
+}

@@ -29,6 +29,10 @@ void tu_tensor_make(tu_tensor *h, void *data, uint8_t code, uint8_t bits, int nd
 void tu_tensor_f32(tu_tensor *h, float *data, int ndim, const int64_t *shape);
 void tu_tensor_f64(tu_tensor *h, double *data, int ndim, const int64_t *shape);
 
+/* 1 when MOE_TEST_LIGHT=1: the run is under valgrind (tests/valgrind/run.sh), 50-100x slower, and the
+ * tests with the longest loops sample fewer inputs (each says what it keeps). */
+int tu_light(void);
+
 /* Runs a Check suite, prints the summary and returns the process exit status. */
 int tu_run_suite(Suite *s);
 
