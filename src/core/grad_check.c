@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 
+#include "base/host_alloc.h"
 #include "core/layer.h"
 #include "core/nonfinite.h"
 
@@ -67,13 +68,13 @@ int32_t moe_layer_scan_grads(const moe_layer *L, const moe_exec *ex, moe_nonfini
     out->first_index = -1;
     const int32_t nb = list_blocks(L, NULL);
     if (nb == 0) return MOE_OK;
-    grad_block *blocks = malloc(sizeof *blocks * (size_t)nb);
-    int32_t *flags = malloc(sizeof *flags * (size_t)nb);
-    unsigned char *hit = calloc((size_t)L->E_local + 1, 1); /* experts counted so far (FC1 and FC2 both) */
+    grad_block *blocks = moe_host_malloc(sizeof *blocks * (size_t)nb);
+    int32_t *flags = moe_host_malloc(sizeof *flags * (size_t)nb);
+    unsigned char *hit = moe_host_calloc((size_t)L->E_local + 1, 1); /* experts counted so far (FC1 and FC2 both) */
     if (!blocks || !flags || !hit) {
-        free(blocks);
-        free(flags);
-        free(hit);
+        moe_host_free(blocks);
+        moe_host_free(flags);
+        moe_host_free(hit);
         return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_check_gradients: out of host memory for %d block "
                           "flags", nb);
     }
@@ -104,8 +105,8 @@ int32_t moe_layer_scan_grads(const moe_layer *L, const moe_exec *ex, moe_nonfini
             out->num_experts++;
         }
     }
-    free(blocks);
-    free(flags);
-    free(hit);
+    moe_host_free(blocks);
+    moe_host_free(flags);
+    moe_host_free(hit);
     return st;
 }

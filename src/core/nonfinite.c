@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/host_alloc.h"
 #include "core/nonfinite.h"
 
 /* Kind of one element from its exponent and mantissa bits (all-ones exponent = not finite). */
@@ -70,7 +71,7 @@ int32_t moe_nonfinite_scan_device(moe_context *ctx, const moe_exec *ex, const vo
     if (n <= 0) return MOE_OK;
     const size_t es = dtype == MOE_DTYPE_FP64 ? 8 : dtype == MOE_DTYPE_BF16 ? 2 : 4;
     const int64_t chunk = n < SCAN_CHUNK ? n : SCAN_CHUNK;
-    void *host = malloc((size_t)chunk * es);
+    void *host = moe_host_malloc((size_t)chunk * es);
     if (!host) return MOE_ERR_OUT_OF_MEMORY;
     int32_t st = MOE_OK;
     for (int64_t i0 = 0; i0 < n && !st; i0 += chunk) {
@@ -78,7 +79,7 @@ int32_t moe_nonfinite_scan_device(moe_context *ctx, const moe_exec *ex, const vo
         st = moe_copy_to_host(ctx, ex, host, (const char *)p + (size_t)i0 * es, (size_t)m * es);
         if (!st) scan_into(host, m, dtype, i0, out);
     }
-    free(host);
+    moe_host_free(host);
     return st;
 }
 

@@ -19,6 +19,7 @@
  * MOE_FAULT_STRIDE=k (valgrind's run) fails every k-th allocation only; the default walks them all.
  */
 #include <check.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,10 +295,11 @@ static void reference(const moe_layer_config *cfg, result *ref)
 
 /* ---------------------------------------------------------------- the walk */
 enum { SC_CONTEXT, SC_LAYER, SC_STEP, SC_FORWARD, SC_BACKWARD_DATA, SC_BACKWARD_WEIGHTS, SC_PREFETCH, SC_PARALLEL,
-       SC_COMMS, SC_DISPATCHER, SC_COUNT };
+       SC_COMMS, SC_DISPATCHER, SC_GRAD_CHECK, SC_NONFINITE_INPUT, SC_COUNT };
 static const char *sc_name[] = {"context create", "layer create", "step create", "forward", "backward_data",
                                 "backward_weights", "prefetch + backward", "parallel layer + reduce_grads",
-                                "comm create (self, hooks, split)", "standalone dispatcher"};
+                                "comm create (self, hooks, split)", "standalone dispatcher",
+                                "check_gradients", "forward of a NaN input"};
 
 /* ---------------------------------------------------------------- the standalone dispatcher */
 typedef struct disp_result {
@@ -470,7 +472,43 @@ static int walk_one(int sc, int src, const named_config *nc, const result *ref, 
         }
     }
 
-    if (sc == SC_STEP) {
+    if (sc == SC_GRAD_CHECK) {
+        result res;
+        full_run(&r, &res);
+        result_free(&res);
+        moe_nonfinite_report rep, before;
+        moe_nonfinite_report_init(&rep, sizeof rep);
+        memset(&rep.num_nonfinite, 0x5a, sizeof rep - offsetof(moe_nonfinite_report, num_nonfinite));
+        before = rep;
+        arm(&r, n);
+        st = moe_layer_check_gradients(r.layer, &rep, NULL);
+        fired = disarm(&r), keep_error(&r, msg, sizeof msg);
+        if (st) ck_assert_msg(memcmp(&rep, &before, sizeof rep) == 0, "%s: the report changed on failure", what);
+        else ck_assert_msg(rep.num_nonfinite == 0 && rep.first_slot == -1, "%s: clean gradients reported non-finite", what);
+    } else if (sc == SC_NONFINITE_INPUT) {
+        /* the rejection locates the value on the host; without host memory it still rejects, unlocated */
+        static float bad_x[T * H];
+        memcpy(bad_x, g_x, sizeof bad_x);
+        bad_x[5 * H + 3] = __builtin_nanf("");
+        result res;
+        memset(&res, 0, sizeof res);
+        tu_tensor tx, ty, tdy, tdx;
+        views(&tx, &ty, &tdy, &tdx, &res);
+        tx.t.data = bad_x;
+        r.step = new_step(r.layer);
+        arm(&r, n);
+        int32_t rejected = moe_layer_forward(r.layer, r.step, &tx.t, &ty.t, NULL);
+        fired = disarm(&r), keep_error(&r, msg, sizeof msg);
+        if (rejected == MOE_ERR_NONFINITE) { /* the expected outcome, located or not */
+            if (!fired) ck_assert_msg(strstr(msg, "token 5, column 3") != NULL, "%s: not located: %s", what, msg);
+            st = fired ? MOE_ERR_OUT_OF_MEMORY : MOE_OK; /* judged below like every other scenario */
+            if (fired) ck_assert_msg(strstr(msg, "NaN") || strstr(msg, "non-finite"), "%s: %s", what, msg);
+        } else {
+            st = rejected;
+            ck_assert_msg(fired && rejected == MOE_ERR_OUT_OF_MEMORY, "%s: status %s: %s", what, moe_status_name(rejected),
+                          msg);
+        }
+    } else if (sc == SC_STEP) {
         moe_step_config sc_cfg;
         moe_step_config_init(&sc_cfg, sizeof sc_cfg);
         moe_step *s = canary;
@@ -564,7 +602,9 @@ static int applies(int sc, int cfg_index)
 {
     if (sc == SC_PREFETCH) return config_at(cfg_index).cfg.offload != 0;
     /* creation scenarios do not depend on the configuration beyond the first two */
-    if (sc == SC_CONTEXT || sc == SC_STEP || sc == SC_COMMS || sc == SC_DISPATCHER) return cfg_index == 0;
+    if (sc == SC_CONTEXT || sc == SC_STEP || sc == SC_COMMS || sc == SC_DISPATCHER || sc == SC_NONFINITE_INPUT)
+        return cfg_index == 0;
+    if (sc == SC_GRAD_CHECK) return cfg_index <= 1;
     if (sc == SC_LAYER || sc == SC_PARALLEL) return cfg_index <= 1;
     return 1;
 }
