@@ -50,7 +50,7 @@ namespace MOE_KNS {
 
 /* Exclusive prefix sum of v over the block (threads in order), deterministic; *total gets the
  * block's sum. blockDim.x a multiple of 32, at most 1024; every thread must call it. */
-__device__ int64_t block_exclusive_scan(int64_t v, int64_t *total)
+static __device__ int64_t block_exclusive_scan(int64_t v, int64_t *total)
 {
     __shared__ int64_t warp_incl[32];
     __shared__ int64_t sum;

@@ -13,7 +13,8 @@
 #                   clang, replays tests/fuzz/regress, fuzzes each harness 45 s and prints its
 #                   execution count (fails on any crash)
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
-#   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline
+#   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline; and
+#      scripts/check-imports.sh: the library imports nothing that aborts, exits or prints
 #   6. language bindings against build/: coverage of abi/moe.h (scripts/check-bindings.sh), then the
 #      Rust, Go and Julia test suites (scripts/test-{rust,go,julia}.sh; Go and Julia set up themselves)
 # Exits non-zero if any stage fails. MOE_JOBS overrides the build parallelism (default: cores).
@@ -137,6 +138,7 @@ done_section "$current"
 # ---------------------------------------------------------------- 5. ABI compatibility
 current="ABI check"; section "$current"
 bash scripts/abi-check.sh build
+bash scripts/check-imports.sh build
 done_section "$current"
 
 # ---------------------------------------------------------------- 6. language bindings

@@ -3,7 +3,7 @@
  *
  * The first byte picks the struct: context (with allocator, logger and profiler tables), layer,
  * step, dispatcher, comm (self, hooks, MPI, NCCL), parallel (layers over comms), layout, planner
- * model + parallel (presets and estimate), output structs (memory stats, routing stats,
+ * model + parallel (presets and estimate), output structs (memory stats, routing stats, gradient report,
  * get_config), and the *_init functions. Each struct's header is the host's: struct_size (older,
  * newer, tiny; the host's buffer is exactly that long, so ASan sees any read beyond it),
  * api_version, and `next`, which may be a garbage pointer that the engine must refuse without
@@ -373,6 +373,28 @@ static void run_layer(fz *f)
         st = moe_context_memory_stats(ctx, (moe_memory_stats *)out);
         fz_check_message(ctx, st, "moe_context_memory_stats");
         free(out);
+    }
+    /* the gradient report into a host struct of any size: nothing written past what it says it holds,
+     * nothing at all on failure */
+    {
+        uint32_t sz = fz_u8(f) < 128 ? (uint32_t)sizeof(moe_nonfinite_report)
+                                     : (uint32_t)fz_range(f, 0, sizeof(moe_nonfinite_report) + 32);
+        size_t bytes = (sz < 4 ? 4 : sz) + 16;
+        unsigned char *out = malloc(bytes), *copy = malloc(bytes);
+        memset(out, 0xa5, bytes);
+        memcpy(out, &sz, 4);
+        memcpy(copy, out, bytes);
+        st = moe_layer_check_gradients(layer, (moe_nonfinite_report *)out, NULL);
+        fz_check_message(ctx, st, "moe_layer_check_gradients");
+        if (st != MOE_OK) FZ_CHECK(memcmp(out, copy, bytes) == 0, "moe_layer_check_gradients failed but wrote out");
+        else {
+            uint32_t n = 0;
+            memcpy(&n, out, 4);
+            FZ_CHECK(n <= sz && n <= sizeof(moe_nonfinite_report), "report struct_size %u > %u", n, sz);
+            FZ_CHECK(memcmp(out + n, copy + n, bytes - n) == 0, "moe_layer_check_gradients wrote past struct_size");
+        }
+        free(out);
+        free(copy);
     }
     moe_layer_destroy(layer);
     fz_context_done(ctx, &a);
