@@ -32,38 +32,10 @@ enum { T = 24, H = 32, F = 24, E = 4, K = 2, MAX_WALK = 4000 };
 enum { SRC_DEVICE = 0, SRC_HOST = 1, SRC_HOST_STICKY = 2, SRC_COUNT = 3 };
 static const char *src_name[] = {"device hook", "host seam", "host seam, sticky"};
 
-/* ---------------------------------------------------------------- the failing allocator hook */
-typedef struct faulty {
-    int64_t calls, fail_at, fired;
-    int64_t live_bytes, live_count, released;
-} faulty;
-
-static void *faulty_alloc(void *u, size_t bytes, size_t alignment, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    faulty *f = u;
-    f->calls++;
-    if (f->fail_at > 0 && f->calls == f->fail_at) {
-        f->fired = 1;
-        return NULL;
-    }
-    void *p = aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-    if (p) f->live_bytes += (int64_t)bytes, f->live_count++;
-    return p;
-}
-static void faulty_free(void *u, void *p, size_t bytes, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    faulty *f = u;
-    f->live_bytes -= (int64_t)bytes, f->live_count--;
-    free(p);
-}
-static void faulty_release(void *u) { ((faulty *)u)->released++; }
-
 /* ---------------------------------------------------------------- one walk's rig */
 typedef struct rig {
     int src;
-    faulty dev;
+    tu_tracker dev; /* the failing allocator hook (testutil.h) */
     moe_allocator hook;
     moe_context *ctx;
     moe_layer *layer;
@@ -96,8 +68,7 @@ static int32_t rig_context(rig *r, moe_context **out)
     ck_assert_int_eq(moe_context_config_init(&cc, sizeof cc), MOE_OK);
     cc.num_threads = 2;
     if (r->src == SRC_DEVICE) {
-        r->hook = (moe_allocator){.struct_size = sizeof r->hook, .user_data = &r->dev, .alloc = faulty_alloc,
-                                  .free = faulty_free, .release = faulty_release};
+        r->hook = tu_tracking_allocator(&r->dev);
         cc.allocator = &r->hook;
     }
     return moe_context_create(&cc, out);

@@ -13,26 +13,6 @@
 
 enum { T = 37, H = 16, F = 12, E = 8, K = 2 };
 
-typedef struct tracker {
-    int64_t live_bytes, live_count, released;
-} tracker;
-
-static void *track_alloc(void *u, size_t bytes, size_t alignment, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    tracker *t = u;
-    void *p = aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-    if (p) t->live_bytes += (int64_t)bytes, t->live_count++;
-    return p;
-}
-static void track_free(void *u, void *p, size_t bytes, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    tracker *t = u;
-    t->live_bytes -= (int64_t)bytes, t->live_count--;
-    free(p);
-}
-static void track_release(void *u) { ((tracker *)u)->released++; }
 
 static moe_memory_stats ctx_stats(moe_context *ctx)
 {
@@ -45,11 +25,6 @@ static moe_memory_stats step_stats(const moe_step *st)
     moe_memory_stats s = {.struct_size = sizeof s};
     ck_assert_int_eq(moe_step_memory_stats(st, &s), MOE_OK);
     return s;
-}
-static int64_t device_bytes(const moe_memory_stats *s)
-{
-    return s->current_bytes[MOE_MEM_WEIGHTS] + s->current_bytes[MOE_MEM_GRADS] + s->current_bytes[MOE_MEM_ACTIVATIONS] +
-           s->current_bytes[MOE_MEM_WORKSPACE] + s->current_bytes[MOE_MEM_COMM];
 }
 
 static moe_step *run(moe_context *ctx, moe_layer *layer, float *x, float *y, float *dy, float *dx)
@@ -72,9 +47,8 @@ static moe_step *run(moe_context *ctx, moe_layer *layer, float *x, float *y, flo
 
 START_TEST(ledger_matches_live_allocations)
 {
-    tracker tr = {0};
-    moe_allocator a = {.struct_size = sizeof a, .user_data = &tr, .alloc = track_alloc, .free = track_free,
-                       .release = track_release};
+    tu_tracker tr = {0};
+    moe_allocator a = tu_tracking_allocator(&tr);
     moe_context_config cc;
     ck_assert_int_eq(moe_context_config_init(&cc, sizeof cc), MOE_OK);
     cc.allocator = &a;
@@ -90,14 +64,14 @@ START_TEST(ledger_matches_live_allocations)
     tu_fill_uniform_f(dy, T * H, 52, -1, 1);
 
     moe_memory_stats s0 = ctx_stats(ctx);
-    ck_assert_int_eq(device_bytes(&s0), tr.live_bytes); /* parameters, gradients, workspace */
+    ck_assert_int_eq(tu_device_bytes(&s0), tr.live_bytes); /* parameters, gradients, workspace */
     ck_assert_int_gt(s0.current_bytes[MOE_MEM_WEIGHTS], 0);
     ck_assert_int_gt(s0.current_bytes[MOE_MEM_GRADS], 0);
 
     moe_step *a1 = run(ctx, layer, x, y, dy, dx);
     moe_step *a2 = run(ctx, layer, x, y, dy, dx); /* two steps alive (micro-batches) */
     moe_memory_stats s = ctx_stats(ctx), t1 = step_stats(a1), t2 = step_stats(a2);
-    ck_assert_int_eq(device_bytes(&s), tr.live_bytes); /* every device byte the hook holds is charged */
+    ck_assert_int_eq(tu_device_bytes(&s), tr.live_bytes); /* every device byte the hook holds is charged */
     int64_t sum = 0;
     for (int i = 0; i < MOE_MEM_NUM_CATEGORIES; i++) sum += s.current_bytes[i];
     ck_assert_int_eq(sum, s.total_current_bytes);
@@ -116,12 +90,12 @@ START_TEST(ledger_matches_live_allocations)
     moe_memory_stats s2 = ctx_stats(ctx);
     ck_assert_int_eq(s2.current_bytes[MOE_MEM_ACTIVATIONS], t2.current_bytes[MOE_MEM_ACTIVATIONS]);
     ck_assert_int_eq(s2.current_bytes[MOE_MEM_HOST], t2.current_bytes[MOE_MEM_HOST]);
-    ck_assert_int_eq(device_bytes(&s2), tr.live_bytes);
+    ck_assert_int_eq(tu_device_bytes(&s2), tr.live_bytes);
     moe_step_destroy(a2);
     moe_memory_stats s3 = ctx_stats(ctx);
     ck_assert_int_eq(s3.current_bytes[MOE_MEM_ACTIVATIONS], 0);
     ck_assert_int_eq(s3.current_bytes[MOE_MEM_HOST], 0);
-    ck_assert_int_eq(device_bytes(&s3), tr.live_bytes);
+    ck_assert_int_eq(tu_device_bytes(&s3), tr.live_bytes);
     ck_assert_int_eq(moe_step_memory_stats(NULL, &s3), MOE_ERR_INVALID_ARGUMENT);
     moe_layer_destroy(layer);
     moe_context_destroy(ctx);

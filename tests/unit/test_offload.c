@@ -403,37 +403,12 @@ END_TEST
 
 /* ---- the ledger against a host allocator hook --------------------------------------------------- */
 
-typedef struct tracker {
-    int64_t live_bytes, live_count;
-} tracker;
 
-static void *track_alloc(void *u, size_t bytes, size_t alignment, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    tracker *t = u;
-    void *p = aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-    if (p) t->live_bytes += (int64_t)bytes, t->live_count++;
-    return p;
-}
-
-static void track_free(void *u, void *p, size_t bytes, int32_t dt, int32_t id, void *stream)
-{
-    (void)dt, (void)id, (void)stream;
-    tracker *t = u;
-    t->live_bytes -= (int64_t)bytes, t->live_count--;
-    free(p);
-}
-
-static int64_t device_bytes(const moe_memory_stats *s)
-{
-    return s->current_bytes[MOE_MEM_WEIGHTS] + s->current_bytes[MOE_MEM_GRADS] + s->current_bytes[MOE_MEM_ACTIVATIONS] +
-           s->current_bytes[MOE_MEM_WORKSPACE] + s->current_bytes[MOE_MEM_COMM];
-}
 
 START_TEST(ledger_matches_hook_through_offload_and_prefetch)
 {
-    tracker tr = {0};
-    moe_allocator al = {.struct_size = sizeof al, .user_data = &tr, .alloc = track_alloc, .free = track_free};
+    tu_tracker tr = {0};
+    moe_allocator al = tu_tracking_allocator(&tr);
     moe_context_config cc;
     ck_assert_int_eq(moe_context_config_init(&cc, sizeof cc), MOE_OK);
     cc.allocator = &al;
@@ -450,23 +425,23 @@ START_TEST(ledger_matches_hook_through_offload_and_prefetch)
         moe_step *s = new_step(layer, MOE_STEP_TRAIN);
         forward(ctx, layer, s, x, y);
         moe_memory_stats cs = ctx_stats(ctx), ms = step_stats(s);
-        ck_assert_int_eq(device_bytes(&cs), tr.live_bytes);
+        ck_assert_int_eq(tu_device_bytes(&cs), tr.live_bytes);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_ACTIVATIONS], ms.current_bytes[MOE_MEM_ACTIVATIONS]);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_OFFLOAD], ms.current_bytes[MOE_MEM_OFFLOAD]);
         ck_assert_int_gt(ms.current_bytes[MOE_MEM_OFFLOAD], 0);
         if (rep == 1) prefetch_ok(ctx, s);
         cs = ctx_stats(ctx), ms = step_stats(s);
-        ck_assert_int_eq(device_bytes(&cs), tr.live_bytes);
+        ck_assert_int_eq(tu_device_bytes(&cs), tr.live_bytes);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_ACTIVATIONS], ms.current_bytes[MOE_MEM_ACTIVATIONS]);
         backward(ctx, layer, s, dy, dx, 0);
         cs = ctx_stats(ctx), ms = step_stats(s);
-        ck_assert_int_eq(device_bytes(&cs), tr.live_bytes);
+        ck_assert_int_eq(tu_device_bytes(&cs), tr.live_bytes);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_ACTIVATIONS], ms.current_bytes[MOE_MEM_ACTIVATIONS]);
         moe_step_destroy(s);
         cs = ctx_stats(ctx);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_ACTIVATIONS], 0);
         ck_assert_int_eq(cs.current_bytes[MOE_MEM_OFFLOAD], 0);
-        ck_assert_int_eq(device_bytes(&cs), tr.live_bytes);
+        ck_assert_int_eq(tu_device_bytes(&cs), tr.live_bytes);
     }
     moe_layer_destroy(layer);
     moe_context_destroy(ctx);

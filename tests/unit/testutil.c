@@ -112,3 +112,41 @@ int tu_light(void)
     const char *v = getenv("MOE_TEST_LIGHT");
     return v != NULL && v[0] == '1' && v[1] == '\0';
 }
+
+/* ---------------------------------------------------------------- the tracking allocator hook */
+static void *tracker_alloc(void *u, size_t bytes, size_t alignment, int32_t dt, int32_t id, void *stream)
+{
+    (void)dt, (void)id, (void)stream;
+    tu_tracker *t = u;
+    t->calls++;
+    if (t->fail_at > 0 && t->calls == t->fail_at) {
+        t->fired = 1;
+        return NULL;
+    }
+    void *p = aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+    if (p) t->live_bytes += (int64_t)bytes, t->live_count++;
+    return p;
+}
+
+static void tracker_free(void *u, void *p, size_t bytes, int32_t dt, int32_t id, void *stream)
+{
+    (void)dt, (void)id, (void)stream;
+    tu_tracker *t = u;
+    t->live_bytes -= (int64_t)bytes, t->live_count--;
+    free(p);
+}
+
+static void tracker_release(void *u) { ((tu_tracker *)u)->released++; }
+
+moe_allocator tu_tracking_allocator(tu_tracker *t)
+{
+    moe_allocator a = {.struct_size = sizeof a, .user_data = t, .alloc = tracker_alloc, .free = tracker_free,
+                       .release = tracker_release};
+    return a;
+}
+
+int64_t tu_device_bytes(const moe_memory_stats *s)
+{
+    return s->current_bytes[MOE_MEM_WEIGHTS] + s->current_bytes[MOE_MEM_GRADS] + s->current_bytes[MOE_MEM_ACTIVATIONS] +
+           s->current_bytes[MOE_MEM_WORKSPACE] + s->current_bytes[MOE_MEM_COMM];
+}

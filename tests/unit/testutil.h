@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <dlpack/dlpack.h>
 
+#include "moe.h"
+
 /* splitmix64-based stream; tu_uniform in [lo, hi). */
 typedef struct tu_rng { uint64_t s; } tu_rng;
 tu_rng tu_rng_make(uint64_t seed);
@@ -32,6 +34,16 @@ void tu_tensor_f64(tu_tensor *h, double *data, int ndim, const int64_t *shape);
 /* 1 when MOE_TEST_LIGHT=1: the run is under valgrind (tests/valgrind/run.sh), 50-100x slower, and the
  * tests with the longest loops sample fewer inputs (each says what it keeps). */
 int tu_light(void);
+
+/* A host allocator hook (moe_context_config.allocator) that tracks what it holds, counts its
+ * release, and can fail its n-th call: fail_at > 0 makes call number fail_at return NULL (fired = 1). */
+typedef struct tu_tracker {
+    int64_t live_bytes, live_count, released;
+    int64_t calls, fail_at, fired;
+} tu_tracker;
+moe_allocator tu_tracking_allocator(tu_tracker *t);
+/* Bytes a ledger charges to device categories (weights, grads, activations, workspace, comm). */
+int64_t tu_device_bytes(const moe_memory_stats *s);
 
 /* Runs a Check suite, prints the summary and returns the process exit status. */
 int tu_run_suite(Suite *s);
