@@ -58,6 +58,8 @@
 
 #include <moe.h>
 
+#include "memory_policies.h"
+
 #include "gpu_util.h"
 
 typedef struct shape {
@@ -66,29 +68,6 @@ typedef struct shape {
     int32_t E, K, L;
 } shape;
 
-typedef struct policy {
-    const char *name;
-    int32_t recompute, offload, fp8_storage, quant_recipe;
-} policy;
-
-#define RC_ALL (MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP)
-#define OFF_ALL                                                                                                        \
-    (MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER | MOE_LAYER_OFFLOAD_INPUT)
-#define FP8_ST (MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT)
-
-static const policy k_policies[] = { /* bench_memory's rows, plus the tensorwise recipe (cuBLASLt FP8) */
-    {"save-all", 0, 0, 0, 0},
-    {"recompute expert FC1", MOE_LAYER_RECOMPUTE_EXPERT_FC1, 0, 0, 0},
-    {"recompute router", MOE_LAYER_RECOMPUTE_ROUTER, 0, 0, 0},
-    {"recompute expert MLP", MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0, 0, 0},
-    {"recompute all", RC_ALL, 0, 0, 0},
-    {"offload all", 0, OFF_ALL, 0, 0},
-    {"fp8 storage", 0, 0, FP8_ST, 0},
-    {"fp8 storage + rc router", MOE_LAYER_RECOMPUTE_ROUTER, 0, FP8_ST, 0},
-    {"FP8 GEMMs (blockwise)", 0, 0, 0, MOE_QUANT_FP8_BLOCKWISE},
-    {"FP8 GEMMs (tensorwise)", 0, 0, 0, MOE_QUANT_FP8_TENSORWISE},
-};
-#define NUM_POLICIES ((int)(sizeof k_policies / sizeof k_policies[0]))
 
 typedef struct result {
     int ran;                       /* 0: the device cannot run this policy (msg says why) */
@@ -156,7 +135,7 @@ static float *bf16_to_host_f32(const void *dptr, int64_t n)
     return f;
 }
 
-static void run_policy(const shape *s, const policy *p, int reps, const bufs *b, cudaStream_t stream, result *r)
+static void run_policy(const shape *s, const memory_policy *p, int reps, const bufs *b, cudaStream_t stream, result *r)
 {
     memset(r, 0, sizeof *r);
     const double t_create = now_s();
@@ -341,8 +320,8 @@ int main(int argc, char **argv)
     result base, r;
     int rc = 0;
     memset(&base, 0, sizeof base);
-    for (int pi = 0; pi < NUM_POLICIES; pi++) {
-        const policy *p = &k_policies[pi];
+    for (int pi = 0; pi < NUM_MEMORY_POLICIES; pi++) {
+        const memory_policy *p = &k_memory_policies[pi];
         run_policy(&s, p, reps, &b, stream, &r);
         if (!r.ran) {
             printf("%-24s not run: %s\n", p->name, r.msg);

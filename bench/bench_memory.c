@@ -30,6 +30,8 @@
 
 #include <moe.h>
 
+#include "memory_policies.h"
+
 typedef struct config {
     const char *name;
     int64_t T, H, F;
@@ -41,25 +43,6 @@ static const config k_configs[] = {
     {"large", 2048, 512, 1024, 16, 2, 4},
 };
 
-typedef struct policy {
-    const char *name;
-    int32_t recompute, offload, fp8_storage, quant_recipe;
-} policy;
-
-static const policy k_policies[] = {
-    {"save-all", 0, 0, 0, 0},
-    {"recompute expert FC1", MOE_LAYER_RECOMPUTE_EXPERT_FC1, 0, 0, 0},
-    {"recompute router", MOE_LAYER_RECOMPUTE_ROUTER, 0, 0, 0},
-    {"recompute expert MLP", MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0, 0, 0},
-    {"recompute all", MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER | MOE_LAYER_RECOMPUTE_EXPERT_MLP, 0, 0, 0},
-    {"offload all", 0,
-     MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_EXPERT_INPUT | MOE_LAYER_OFFLOAD_ROUTER | MOE_LAYER_OFFLOAD_INPUT, 0, 0},
-    {"fp8 storage", 0, 0, MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT, 0},
-    {"fp8 storage + rc router", MOE_LAYER_RECOMPUTE_ROUTER, 0,
-     MOE_LAYER_FP8_STORE_EXPERT_FC1 | MOE_LAYER_FP8_STORE_EXPERT_INPUT, 0},
-    {"FP8 GEMMs (blockwise)", 0, 0, 0, MOE_QUANT_FP8_BLOCKWISE},
-};
-#define NUM_POLICIES ((int)(sizeof k_policies / sizeof k_policies[0]))
 
 typedef struct result {
     int64_t kept, host, peak;
@@ -103,7 +86,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static result run_policy(const config *c, const policy *p, int reps, int threads)
+static result run_policy(const config *c, const memory_policy *p, int reps, int threads)
 {
     moe_context_config cc;
     moe_context_config_init(&cc, sizeof cc);
@@ -204,15 +187,15 @@ int main(int argc, char **argv)
                "peak (MiB)", "vs all", "step (ms)", "vs all", "dx err");
         result base = {0, 0, 0, 0.0, NULL};
         const size_t n = (size_t)(c->T * c->H);
-        for (int p = 0; p < NUM_POLICIES; p++) {
-            result r = run_policy(c, &k_policies[p], reps, threads);
+        for (int p = 0; p < NUM_MEMORY_POLICIES; p++) {
+            result r = run_policy(c, &k_memory_policies[p], reps, threads);
             if (p == 0) base = r;
             double num = 0, den = 0;
             for (size_t i = 0; i < n; i++) {
                 const double d = (double)r.dx[i] - base.dx[i];
                 num += d * d, den += (double)base.dx[i] * base.dx[i];
             }
-            printf("%-24s %11.2f %7.2f %11.2f %11.2f %7.2f %10.1f %7.2f %9.2e\n", k_policies[p].name,
+            printf("%-24s %11.2f %7.2f %11.2f %11.2f %7.2f %10.1f %7.2f %9.2e\n", k_memory_policies[p].name,
                    r.kept / 1048576.0, (double)r.kept / (double)base.kept, r.host / 1048576.0, r.peak / 1048576.0,
                    (double)r.peak / (double)base.peak, r.step_s * 1e3, r.step_s / base.step_s,
                    den > 0 ? sqrt(num / den) : 0.0);
