@@ -211,6 +211,9 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
     const void *xr = NULL;
     TRY(L->disp->expert_input(L, step, e, &xr));
     if (L->cfg.quant_recipe) { /* both operands quantised per expert along the rows (experts_quant.c) */
+        /* all scratch first: nothing may fail once the first gradient has been accumulated */
+        TRY(moe_expert_gemm_reduce_reserve(L, step, L->E_local, tp->xoff.p, H, Fl, MOE_QROLE_GRAD, MOE_QROLE_INPUT));
+        TRY(moe_expert_gemm_reduce_reserve(L, step, L->E_local, tp->xoff.p, F1l, H, MOE_QROLE_GRAD, MOE_QROLE_INPUT));
         TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, H, Fl, tp->dyr.p, MOE_QROLE_GRAD, tp->h.p,
                                    MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl));
         TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, F1l, H, tp->dz.p, MOE_QROLE_GRAD, xr,

@@ -181,3 +181,27 @@ int32_t moe_expert_gemm_reduce(moe_layer *L, moe_step *s, const moe_exec *e, int
     }
     return MOE_OK;
 }
+
+int32_t moe_expert_gemm_reduce_reserve(moe_layer *L, moe_step *s, int64_t groups, const int64_t *off, int64_t m,
+                                       int64_t n, int32_t a_role, int32_t b_role)
+{
+    if (!L->cfg.quant_recipe) return MOE_OK;
+    int64_t r = 0; /* the largest group: every scratch buffer below grows with it */
+    for (int64_t j = 0; j < groups; j++)
+        if (off[j + 1] - off[j] > r) r = off[j + 1] - off[j];
+    if (r == 0) return MOE_OK;
+    moe_step_tape *tp = &s->tape;
+    const qrole ra = role_of(L->cfg.quant_recipe, a_role), rb = role_of(L->cfg.quant_recipe, b_role);
+    const int64_t es = (int64_t)L->ops->elem_size;
+    int64_t qb, ns, ss;
+    TRY(scratch(s, &tp->qstage[0], m * r * es));
+    TRY(scratch(s, &tp->qstage[1], n * r * es));
+    moe_q_sizes(ra.fmt, ra.scaling, m, r, &qb, &ns, &ss);
+    TRY(scratch(s, &tp->qcode[0], qb));
+    TRY(scratch(s, &tp->qscale[0], ns * ss));
+    moe_q_sizes(rb.fmt, rb.scaling, n, r, &qb, &ns, &ss);
+    TRY(scratch(s, &tp->qcode[1], qb));
+    TRY(scratch(s, &tp->qscale[1], ns * ss));
+    TRY(scratch(s, &tp->qtensor, 2 * sizeof(float)));
+    return scratch(s, &tp->qwork, (m + n) * r * (int64_t)sizeof(float));
+}

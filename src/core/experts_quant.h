@@ -28,6 +28,12 @@ int32_t moe_quant_operand(moe_layer *L, moe_step *s, const moe_exec *e, int side
 int32_t moe_expert_gemm_rows(moe_layer *L, moe_step *s, const moe_exec *e, int64_t groups, const int64_t *off,
                              int32_t trans_b, int64_t n, int64_t k, const void *a, int32_t a_role, const void *b,
                              int32_t bdt, int64_t b_stride, void *c, int32_t count);
+/* Reserves every scratch buffer moe_expert_gemm_reduce with these arguments will use, at the size of its
+ * largest group (buffers only grow). The weight-gradient phase reserves for both of its GEMMs before the
+ * first one accumulates, so that a failed allocation leaves the gradients as they were (docs/abi.md,
+ * "Guarantees on failure"). A no-op without a quantisation recipe. */
+int32_t moe_expert_gemm_reduce_reserve(moe_layer *L, moe_step *s, int64_t groups, const int64_t *off, int64_t m,
+                                       int64_t n, int32_t a_role, int32_t b_role);
 /* gemm_grouped_reduce with alpha 1 under the layer's recipe (which must be set): C_g = A_g^T B_g +
  * beta C_g, operands in the compute dtype with roles a_role, b_role. */
 int32_t moe_expert_gemm_reduce(moe_layer *L, moe_step *s, const moe_exec *e, int64_t groups, const int64_t *off,

@@ -41,6 +41,28 @@ int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C)
     return C < 0 ? TK : L->cfg.pad_to_capacity ? EC : (TK < EC ? TK : EC);
 }
 
+/* Whether this forward advances the layer's MOE_AUX_GLOBAL state (it does so in a copy, tp->gstate). */
+static int global_aux_updates(const moe_layer *L, const moe_step *step)
+{
+    return L->cfg.aux_loss_type == MOE_AUX_GLOBAL && step->mode == MOE_STEP_TRAIN;
+}
+
+/* The layer state a training forward advances (the global aux state, the expert-bias counts), changed
+ * only after everything that can fail has run, so that a failed forward leaves the layer as it was and
+ * the step can take the forward again (docs/abi.md, "Guarantees on failure"). */
+static int32_t commit_layer_state(moe_layer *L, moe_step *step, const moe_exec *e)
+{
+    moe_step_tape *tp = &step->tape;
+    if (global_aux_updates(L, step)) {
+        int32_t st = L->ctx->backend->memcpy(e, L->global_state, tp->gstate.p, sizeof(double) * (size_t)(L->E + 2),
+                                             MOE_COPY_D2D);
+        if (st) return moe_errorf(L->ctx, st, "committing the global aux-loss state failed");
+    }
+    /* aux-loss-free bias: count what each expert actually received */
+    if (L->cfg.expert_bias && step->mode == MOE_STEP_TRAIN) OP(count_add, e, L->E, tp->kept_per_expert.p, L->bias_counts);
+    return MOE_OK;
+}
+
 /* Allocates every tape buffer the forward writes (before anything is written): the routing buffers,
  * and the expert rows and expert block as far as the dispatcher knows their size up front. */
 int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e)
@@ -70,6 +92,7 @@ int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const
     TRY(moe_step_need(step, &tp->aux_counts, B * E, sizeof(int64_t)));
     TRY(moe_step_need(step, &tp->aux_sums, B * E, sizeof(double)));
     TRY(moe_step_need(step, &tp->aux_coef, B * E, sizeof(double)));
+    if (global_aux_updates(L, step)) TRY(moe_step_need(step, &tp->gstate, E + 2, sizeof(double)));
     TRY(moe_step_need(step, &tp->tok, T * L->H, es));
     if (L->Fs > 0) {
         TRY(moe_step_need(step, &tp->zs, T * L->Fs1, es));
@@ -111,7 +134,13 @@ static int32_t route(moe_layer *L, moe_step *step, const moe_exec *e)
         TRY(reduce_aux_counts(L, step, e));
         moe_aux_params ap = {L->cfg.aux_loss_type, L->E, K, step->mode == MOE_STEP_TRAIN, step->B, T,
                              L->aux_loss_coeff, step->aux_loss_scale};
-        OP(aux_loss, e, &ap, tp->aux_counts.p, tp->aux_sums.p, tp->ntok.p, L->global_state, tp->aux_coef.p, losses);
+        double *gs = L->global_state; /* read only, unless this forward advances it: then in a copy */
+        if (global_aux_updates(L, step)) {
+            gs = tp->gstate.p;
+            int32_t st = ctx->backend->memcpy(e, gs, L->global_state, sizeof(double) * (size_t)(L->E + 2), MOE_COPY_D2D);
+            if (st) return moe_errorf(ctx, st, "copying the global aux-loss state failed");
+        }
+        OP(aux_loss, e, &ap, tp->aux_counts.p, tp->aux_sums.p, tp->ntok.p, gs, tp->aux_coef.p, losses);
     }
     if (L->cfg.z_loss_coeff > 0 && T > 0) OP(zloss_fwd, e, L->E, T, tp->logits.p, losses + 1);
 
@@ -190,8 +219,6 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     }
     if (ys != y) OP(convert, e, T * H, ys, cdt, y, L->dtype);
 
-    /* ---- aux-loss-free bias: count what each expert actually received ---- */
-    if (L->cfg.expert_bias && step->mode == MOE_STEP_TRAIN) OP(count_add, e, L->E, tp->kept_per_expert.p, L->bias_counts);
     /* ---- recompute policy: what backward rebuilds is not kept (backward.c, recompute_for_backward) ---- */
     const int32_t rc = L->cfg.recompute;
     if (rc & (MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_EXPERT_MLP)) moe_buf_release(ctx, &tp->z);
@@ -207,6 +234,7 @@ int32_t moe_layer_forward_impl(moe_layer *L, moe_step *step, int64_t T, const vo
     moe_step_note_memory(step);
     TRY(moe_fp8_store_after_forward(L, step, e)); /* before offload: what is stored in FP8 is not offloaded */
     TRY(moe_offload_after_forward(L, step, e));
+    TRY(commit_layer_state(L, step, e)); /* last: nothing after it may fail */
     step->reserved = 0;
     step->state = MOE_STEP_STATE_FORWARD;
     return MOE_OK;

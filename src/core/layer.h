@@ -91,6 +91,8 @@ typedef struct moe_step_tape {
     moe_buf aux_counts;  /* [B,E] int64 */
     moe_buf aux_sums;    /* [B,E] double */
     moe_buf aux_coef;    /* [B,E] double: dL_aux / d s^ times the step's loss scale */
+    moe_buf gstate;      /* [E+2] double: the global aux state after this training forward, committed to the
+                          * layer only once the forward has succeeded (a failed forward changes no layer state) */
     moe_buf z;           /* [R,F1] FC1 output */
     moe_buf zs;          /* [T,Fs1] shared FC1 output */
     moe_buf gate;        /* [T] shared gate sigma(x.w_g) */

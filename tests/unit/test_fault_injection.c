@@ -118,6 +118,8 @@ typedef struct result {
     float *grad[MOE_PARAM_NUM_SLOTS];
     int64_t grad_n[MOE_PARAM_NUM_SLOTS];
     moe_routing_stats stats;
+    int have_counts; /* counts: the layer's expert-bias counts after one forward (expert_bias layers) */
+    int64_t counts[E];
 } result;
 
 static void result_free(result *res)
@@ -185,11 +187,41 @@ static void collect(rig *r, moe_step *s, result *res)
     }
 }
 
+/* The layer's expert-bias counts into res (expert_bias layers only). */
+static void take_counts(rig *r, result *res)
+{
+    if (!r->cfg.expert_bias) return;
+    tu_tensor tc;
+    int64_t shape[1] = {E};
+    tu_tensor_make(&tc, res->counts, kDLInt, 64, 1, shape);
+    ck_assert_int_eq(moe_layer_expert_counts(r->layer, &tc.t), MOE_OK);
+    res->have_counts = 1;
+}
+
+/* Every gradient of r's layer is zero (what a failed backward must leave of a fresh layer's). */
+static void expect_zero_grads(rig *r, const char *what, int src, int64_t n)
+{
+    for (int slot = 0; slot < MOE_PARAM_NUM_SLOTS; slot++) {
+        if (slot == MOE_PARAM_EXPERT_BIAS || !moe_layer_has_param(r->layer, slot)) continue;
+        DLManagedTensor *m = NULL;
+        ck_assert_int_eq(moe_layer_grad(r->layer, slot, &m), MOE_OK);
+        int64_t k = 1;
+        for (int i = 0; i < m->dl_tensor.ndim; i++) k *= m->dl_tensor.shape[i];
+        const float *g = (const float *)((char *)m->dl_tensor.data + m->dl_tensor.byte_offset);
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < k; i++) nonzero += g[i] != 0.0f;
+        m->deleter(m);
+        ck_assert_msg(nonzero == 0, "%s, %s allocation %lld failed: %lld values of gradient slot %d changed", what,
+                      src_name[src], (long long)n, (long long)nonzero, slot);
+    }
+}
+
 /* zero_grad, then forward + backward on a fresh step of r's layer. */
 static void full_run(rig *r, result *res)
 {
     memset(res, 0, sizeof *res);
     ck_assert_int_eq(moe_layer_zero_grad(r->layer), MOE_OK);
+    ck_assert_int_eq(moe_layer_reset_global_aux(r->layer), MOE_OK); /* MOE_AUX_GLOBAL: one micro-batch */
     moe_step *s = new_step(r->layer);
     tu_tensor tx, ty, tdy, tdx;
     views(&tx, &ty, &tdy, &tdx, res);
@@ -212,6 +244,10 @@ static void expect_same(const result *a, const result *ref, const char *what, in
                           "%s, %s allocation %lld failed: later gradient of slot %d differs", what, src_name[src],
                           (long long)n, s);
     }
+    if (a->have_counts && ref->have_counts)
+        ck_assert_msg(memcmp(a->counts, ref->counts, sizeof a->counts) == 0,
+                      "%s, %s allocation %lld failed: the expert-bias counts differ (a failed forward counted?)", what,
+                      src_name[src], (long long)n);
     ck_assert_msg(a->stats.dropped == ref->stats.dropped && a->stats.padded_rows == ref->stats.padded_rows &&
                       memcmp(&a->stats.aux_loss, &ref->stats.aux_loss, sizeof(double)) == 0 &&
                       memcmp(&a->stats.z_loss, &ref->stats.z_loss, sizeof(double)) == 0,
@@ -242,7 +278,8 @@ static named_config config_at(int i)
         c.cfg.shared_ffn_hidden_size = 20;
         c.cfg.shared_gate = 1;
     } else if (i == 2) {
-        c.name = "recompute FC1 + router, offload input + expert input";
+        c.name = "global aux loss, recompute FC1 + router, offload input + expert input";
+        c.cfg.aux_loss_type = MOE_AUX_GLOBAL;
         c.cfg.recompute = MOE_LAYER_RECOMPUTE_EXPERT_FC1 | MOE_LAYER_RECOMPUTE_ROUTER;
         c.cfg.offload = MOE_LAYER_OFFLOAD_INPUT | MOE_LAYER_OFFLOAD_EXPERT_INPUT;
     } else if (i == 3) {
@@ -261,6 +298,7 @@ static void reference(const moe_layer_config *cfg, result *ref)
     ck_assert_int_eq(rig_context(&r, &r.ctx), MOE_OK);
     ck_assert_int_eq(moe_layer_create(r.ctx, cfg, &r.layer), MOE_OK);
     full_run(&r, ref);
+    take_counts(&r, ref);
     rig_end(&r, 1, "reference", 0);
 }
 
@@ -495,36 +533,56 @@ static int walk_one(int sc, int src, const named_config *nc, const result *ref, 
         views(&tx, &ty, &tdy, &tdx, &res);
         r.step = new_step(r.layer);
         if (sc == SC_FORWARD) {
+            /* the failing forward sees other tokens (other routing, other counts): if it advanced any layer
+             * state (expert-bias counts, the global aux state), the retry below would show it */
+            static float other_x[T * H];
+            for (int i = 0; i < T * H; i++) other_x[i] = -g_x[(i * 7) % (T * H)];
+            tu_tensor tother = tx;
+            tother.t.data = other_x;
             arm(&r, n);
-            st = moe_layer_forward(r.layer, r.step, &tx.t, &ty.t, NULL);
+            st = moe_layer_forward(r.layer, r.step, &tother.t, &ty.t, NULL);
             fired = disarm(&r), keep_error(&r, msg, sizeof msg);
-            if (st) { /* the same step takes the forward again, and backward after it */
-                int32_t again = moe_layer_forward(r.layer, r.step, &tx.t, &ty.t, NULL);
-                ck_assert_msg(again == MOE_OK, "%s: forward retried on the step: %s", what, rig_error(&r));
+            if (!st) { /* absorbed (it counted its tokens, as a successful forward does): a fresh step */
+                moe_step_destroy(r.step);
+                r.step = new_step(r.layer);
+                ck_assert_int_eq(moe_layer_reset_global_aux(r.layer), MOE_OK);
             }
+            /* after a failure the same step takes the forward again; then backward */
+            int32_t again = moe_layer_forward(r.layer, r.step, &tx.t, &ty.t, NULL);
+            ck_assert_msg(again == MOE_OK, "%s: forward retried on the step: %s", what, rig_error(&r));
             finish_run(&r, r.step, &res); /* a failure the engine absorbed must not show in the results */
+            if (st) take_counts(&r, &res); /* a failed forward counted nothing: one forward's counts */
             expect_same(&res, ref, st ? "forward retried on its step" : "forward", src, n);
             result_free(&res);
         } else {
             ck_assert_int_eq(moe_layer_forward(r.layer, r.step, &tx.t, &ty.t, NULL), MOE_OK);
             if (sc == SC_BACKWARD_WEIGHTS)
                 ck_assert_int_eq(moe_layer_backward_data(r.layer, r.step, &tdy.t, &tdx.t, NULL), MOE_OK);
+            int weights_failed = 0; /* SC_BACKWARD_DATA: its data phase passed, its weight phase failed */
             arm(&r, n);
             if (sc == SC_PREFETCH) {
                 st = moe_step_prefetch(r.step, NULL);
                 if (!st) st = moe_layer_backward(r.layer, r.step, &tdy.t, &tdx.t, NULL);
             } else if (sc == SC_BACKWARD_DATA) {
                 st = moe_layer_backward_data(r.layer, r.step, &tdy.t, &tdx.t, NULL);
-                if (!st) st = moe_layer_backward_weights(r.layer, r.step, NULL);
+                if (!st) st = moe_layer_backward_weights(r.layer, r.step, NULL), weights_failed = st != MOE_OK;
             } else {
                 st = moe_layer_backward_weights(r.layer, r.step, NULL);
             }
             fired = disarm(&r), keep_error(&r, msg, sizeof msg);
-            if (st == MOE_OK) { /* a failure the engine absorbed must not show in the results */
-                collect(&r, r.step, &res);
-                expect_same(&res, ref, what, src, n);
-                result_free(&res);
+            if (st != MOE_OK) {
+                /* the gradients are as before the call (zero: a fresh layer), and the step takes the
+                 * failed phase again (dx is an output: its contents after a failure are unspecified) */
+                expect_zero_grads(&r, what, src, n);
+                int32_t again = MOE_OK;
+                if (sc == SC_BACKWARD_WEIGHTS || weights_failed) again = moe_layer_backward_weights(r.layer, r.step, NULL);
+                else again = moe_layer_backward(r.layer, r.step, &tdy.t, &tdx.t, NULL);
+                ck_assert_msg(again == MOE_OK, "%s: the failed backward retried on its step: %s", what, rig_error(&r));
             }
+            /* a failure the engine absorbed, or the retried phase, must not show in the results */
+            collect(&r, r.step, &res);
+            expect_same(&res, ref, what, src, n);
+            result_free(&res);
         }
     }
 
