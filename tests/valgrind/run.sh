@@ -47,6 +47,11 @@ logdir="$build/valgrind"
 rm -rf "$logdir"
 mkdir -p "$logdir"
 
+# The longest tests under valgrind, longest first (run.sh's own per-test times): they start first, so
+# that -j N does not end with one long test running alone. Any other test follows in CTest's order; a
+# name here that the build lacks is ignored.
+longest_first=(test_determinism backend_ops_sim test_fault_injection test_layer_grad)
+
 # One line per test: name, then fields separated by \x1f: workdir, pass regexes (\x1e-separated; a
 # newline in one written as the regex escape \n), will_fail, environment and command (\x1e-separated).
 ctest_args=(--test-dir "$build" -L unit --show-only=json-v1)
@@ -54,7 +59,10 @@ ctest_args=(--test-dir "$build" -L unit --show-only=json-v1)
 listing=$(ctest "${ctest_args[@]}" | python3 -c '
 import json, sys
 US, RS = "\x1f", "\x1e"
-for t in json.load(sys.stdin)["tests"]:
+first = {n: i for i, n in enumerate(sys.argv[1:])}
+tests = json.load(sys.stdin)["tests"]
+tests = sorted(tests, key=lambda t: (first.get(t["name"], len(first)), tests.index(t)))
+for t in tests:
     props = {p["name"]: p["value"] for p in t.get("properties", [])}
     lst = lambda v: v if isinstance(v, list) else ([] if v is None else [v])
     print(US.join([t["name"], props.get("WORKING_DIRECTORY", "."),
@@ -62,7 +70,7 @@ for t in json.load(sys.stdin)["tests"]:
                    "1" if props.get("WILL_FAIL") else "0",
                    RS.join(lst(props.get("ENVIRONMENT"))),
                    RS.join(t["command"])]))
-') || { echo "valgrind: could not list the unit tests of $build" >&2; exit 1; }
+' "${longest_first[@]}") || { echo "valgrind: could not list the unit tests of $build" >&2; exit 1; }
 [[ -n "$listing" ]] || { echo "valgrind: no unit tests in $build" >&2; exit 1; }
 
 vg=(valgrind --tool=memcheck --leak-check=full --errors-for-leak-kinds=definite,indirect
