@@ -76,26 +76,26 @@ static void check_plan(const moe_dispatch_plan *p, int32_t E, int32_t K, int64_t
     ck_assert_int_eq(p->expert_offsets[0], 0);
     for (int32_t e = 0; e < E; e++) {
         int64_t n = 0, kept = 0;
-        ck_assert_int_eq(p->expert_offsets[e], row);
+        tu_check_int_eq(p->expert_offsets[e], row);
         /* the kept assignments of e, in ascending token (then k) order, are exactly its rows */
         for (int64_t a = 0; a < T * K; a++) {
             if (idx[a] != e) continue;
             n++;
             if (!ref_kept(K, T, idx, probs, C, policy, a)) {
-                ck_assert_int_eq(p->slot_row[a], -1);
+                tu_check_int_eq(p->slot_row[a], -1);
                 continue;
             }
-            ck_assert_int_eq(p->slot_row[a], row);
-            ck_assert_int_eq(p->row_token[row], a / K);
-            ck_assert_double_eq(((const double *)p->row_prob)[row], probs[a]);
+            tu_check_int_eq(p->slot_row[a], row);
+            tu_check_int_eq(p->row_token[row], a / K);
+            tu_check_double_eq(((const double *)p->row_prob)[row], probs[a]);
             row++, kept++;
         }
-        ck_assert_int_eq(p->tokens_per_expert[e], n);
-        ck_assert_int_eq(p->kept_per_expert[e], kept);
+        tu_check_int_eq(p->tokens_per_expert[e], n);
+        tu_check_int_eq(p->kept_per_expert[e], kept);
         const int64_t rows_e = padded ? C : kept;
         for (int64_t r = row; r < p->expert_offsets[e] + rows_e; r++) { /* padding after the real rows */
-            ck_assert_int_eq(p->row_token[r], -1);
-            ck_assert_double_eq(((const double *)p->row_prob)[r], 0.0);
+            tu_check_int_eq(p->row_token[r], -1);
+            tu_check_double_eq(((const double *)p->row_prob)[r], 0.0);
         }
         row = p->expert_offsets[e] + rows_e;
         kept_total += kept;
@@ -196,7 +196,7 @@ START_TEST(test_plan_random_vs_reference)
                 ck_assert_int_eq(memcmp(bf.p.row_token, b.p.row_token, (size_t)b.p.stats[0] * 8), 0);
                 ck_assert_int_eq(memcmp(bf.p.slot_row, b.p.slot_row, (size_t)(T * K) * 8), 0);
                 ck_assert_int_eq(memcmp(bf.p.expert_offsets, b.p.expert_offsets, (size_t)(E + 1) * 8), 0);
-                for (int64_t r = 0; r < b.p.stats[0]; r++) ck_assert_double_eq(rp[r], b.prob[r]);
+                for (int64_t r = 0; r < b.p.stats[0]; r++) tu_check_double_eq(rp[r], b.prob[r]);
                 free(rp);
                 plan_free(&b), plan_free(&bf);
             }
@@ -280,10 +280,10 @@ START_TEST(test_permute_unpermute_roundtrip)
         ck_assert_int_eq(cpu_permute_f64(&EX2, R, H, x, b.p.row_token, xp), MOE_OK);
         for (int64_t r = 0; r < R; r++)
             for (int64_t h = 0; h < H; h++)
-                ck_assert_double_eq(xp[r * H + h], b.p.row_token[r] < 0 ? 0.0 : x[b.p.row_token[r] * H + h]);
+                tu_check_double_eq(xp[r * H + h], b.p.row_token[r] < 0 ? 0.0 : x[b.p.row_token[r] * H + h]);
         for (int64_t i = 0; i < T * H; i++) y[i] = NAN;
         ck_assert_int_eq(cpu_unpermute_f64(&EX2, T, K, H, xp, b.p.slot_row, 0, y), MOE_OK);
-        for (int64_t i = 0; i < T * H; i++) ck_assert_double_eq_tol(y[i], K * x[i], 1e-15);
+        for (int64_t i = 0; i < T * H; i++) tu_check_double_eq_tol(y[i], K * x[i], 1e-15);
         /* bitwise the k-ordered sum, whatever the thread count */
         ck_assert_int_eq(cpu_unpermute_f64(&EX1, T, K, H, xp, b.p.slot_row, 0, y2), MOE_OK);
         ck_assert_int_eq(memcmp(y, y2, (size_t)(T * H) * sizeof *y), 0);
@@ -291,12 +291,12 @@ START_TEST(test_permute_unpermute_roundtrip)
             for (int64_t h = 0; h < H; h++) {
                 double s = 0;
                 for (int k = 0; k < K; k++) s += xp[b.p.slot_row[t * K + k] * H + h];
-                ck_assert_double_eq(y[t * H + h], s);
+                tu_check_double_eq(y[t * H + h], s);
             }
         /* accumulate: y += the same sum */
         memcpy(y2, x, (size_t)(T * H) * sizeof *x);
         ck_assert_int_eq(cpu_unpermute_f64(&EX2, T, K, H, xp, b.p.slot_row, 1, y2), MOE_OK);
-        for (int64_t i = 0; i < T * H; i++) ck_assert_double_eq(y2[i], x[i] + y[i]);
+        for (int64_t i = 0; i < T * H; i++) tu_check_double_eq(y2[i], x[i] + y[i]);
         plan_free(&b);
     }
     free(idx), free(pr), free(x), free(y), free(xp), free(y2);

@@ -279,7 +279,7 @@ START_TEST(test_act_fwd_closed_form)
             for (int64_t r = 0; r < n; r++)
                 for (int64_t f = 0; f < F; f++) {
                     const double want = ref_h(act, F, z + r * F1, with_p ? p[r] : 1.0, f);
-                    ck_assert_double_eq_tol(h[r * F + f], want, 1e-14 * (1 + fabs(want)));
+                    tu_check_double_eq_tol(h[r * F + f], want, 1e-14 * (1 + fabs(want)));
                 }
             /* fp32 agrees with fp64 */
             float *zf = falloc((size_t)(n * F1)), pf[7], *hf = falloc((size_t)(n * F));
@@ -384,8 +384,8 @@ START_TEST(test_act_extremes_and_args)
     ck_assert_int_eq(cpu_act_bwd_f32(&EX2, MOE_ACT_SILU, 1, NS, xs, NULL, ones, gs, NULL), MOE_OK);
     for (int i = 0; i < NS; i++) {
         const double x = xs[i], s = 1.0 / (1.0 + exp(-x)), y = x * s, g = s * (1.0 + x * (1.0 - s));
-        ck_assert_double_le(fabs(ys[i] - y), 6e-7 * fabs(y) + 1e-37);
-        ck_assert_double_le(fabs(gs[i] - g), 1e-6 * fabs(g) + 1e-6 * fabs(x) * s * (1 - s));
+        tu_check_double_le(fabs(ys[i] - y), 6e-7 * fabs(y) + 1e-37);
+        tu_check_double_le(fabs(gs[i] - g), 1e-6 * fabs(g) + 1e-6 * fabs(x) * s * (1 - s));
     }
     free(xs), free(ys), free(gs), free(ones);
     const int64_t n = 300, F = 200; /* above the parallel threshold */
@@ -442,16 +442,16 @@ START_TEST(test_bf16_round_trip)
     ck_assert_int_eq(cpu_convert_f64(&EX2, N, b, MOE_DTYPE_BF16, d, MOE_DTYPE_FP64), MOE_OK);
     ck_assert_int_eq(cpu_convert_f64(&EX2, N, d, MOE_DTYPE_FP64, b3, MOE_DTYPE_BF16), MOE_OK);
     for (int64_t i = 0; i < N; i++) {
-        ck_assert_uint_eq(fbits(f[i]), (uint32_t)i << 16);
+        tu_check_uint_eq(fbits(f[i]), (uint32_t)i << 16);
         const int nan = (i & 0x7F80) == 0x7F80 && (i & 0x7F) != 0;
         if (nan) {
-            ck_assert(isnan(d[i]));
-            ck_assert((b2[i] & 0x7F80) == 0x7F80 && (b2[i] & 0x7F) != 0 && (b2[i] & 0x8000) == (i & 0x8000));
-            ck_assert((b3[i] & 0x7F80) == 0x7F80 && (b3[i] & 0x7F) != 0);
+            tu_check(isnan(d[i]));
+            tu_check((b2[i] & 0x7F80) == 0x7F80 && (b2[i] & 0x7F) != 0 && (b2[i] & 0x8000) == (i & 0x8000));
+            tu_check((b3[i] & 0x7F80) == 0x7F80 && (b3[i] & 0x7F) != 0);
         } else {
-            ck_assert_uint_eq(b2[i], (uint16_t)i);
-            ck_assert_uint_eq(b3[i], (uint16_t)i);
-            ck_assert_double_eq(d[i], (double)f[i]);
+            tu_check_uint_eq(b2[i], (uint16_t)i);
+            tu_check_uint_eq(b3[i], (uint16_t)i);
+            tu_check_double_eq(d[i], (double)f[i]);
         }
     }
     /* fp32 <-> fp64 and same-dtype copies */
@@ -477,7 +477,7 @@ START_TEST(test_axpby)
     for (int64_t i = 0; i < n; i++) y[i] = NAN;
     ck_assert_int_eq(cpu_axpby_f64(&EX2, n, 2.0, x, 0, y), MOE_OK);
     ck_assert_int_eq(cpu_axpby_f64(&EX2, n, -0.5, x, 1, y), MOE_OK);
-    for (int64_t i = 0; i < n; i++) ck_assert_double_eq(y[i], 2.0 * x[i] + -0.5 * x[i]);
+    for (int64_t i = 0; i < n; i++) tu_check_double_eq(y[i], 2.0 * x[i] + -0.5 * x[i]);
     ck_assert_int_eq(cpu_axpby_f64(&EX2, n, 1.0, x, 2, y), MOE_ERR_INVALID_ARGUMENT);
     free(x), free(y);
 }

@@ -211,29 +211,29 @@ static void check_structure(const moe_layout *L, const oracle *o, const char *na
         for (int r = 0; r < world; r++) first[r] = -1;
         for (int r = 0; r < world; r++) {
             int32_t count = -1, index = -1;
-            ck_assert_int_eq(moe_layout_group(L, r, g, mem, MAXW, &count, &index), MOE_OK);
+            tu_check_int_eq(moe_layout_group(L, r, g, mem, MAXW, &count, &index), MOE_OK);
             if (size0 < 0) size0 = count;
-            ck_assert_msg(count == size0, "%s %s: rank %d's group has %d members, rank 0's %d", name, group_names[g], r,
-                          count, size0);
-            ck_assert_msg(index >= 0 && index < count && mem[index] == r, "%s %s: rank %d not at index %d", name,
-                          group_names[g], r, index);
+            tu_check_msg(count == size0, "%s %s: rank %d's group has %d members, rank 0's %d", name, group_names[g], r,
+                         count, size0);
+            tu_check_msg(index >= 0 && index < count && mem[index] == r, "%s %s: rank %d not at index %d", name,
+                         group_names[g], r, index);
             for (int i = 1; i < count; i++)
-                ck_assert_msg(mem[i - 1] < mem[i], "%s %s: rank %d's members not ascending", name, group_names[g], r);
+                tu_check_msg(mem[i - 1] < mem[i], "%s %s: rank %d's members not ascending", name, group_names[g], r);
             if (first[r] < 0) { /* a new group: claim its members */
                 ngroups++;
                 for (int i = 0; i < count; i++) {
-                    ck_assert_msg(first[mem[i]] < 0, "%s %s: rank %d is in two groups", name, group_names[g], mem[i]);
+                    tu_check_msg(first[mem[i]] < 0, "%s %s: rank %d is in two groups", name, group_names[g], mem[i]);
                     first[mem[i]] = mem[0];
                 }
             } else {
-                ck_assert_msg(first[r] == mem[0], "%s %s: rank %d's group differs from its members'", name, group_names[g], r);
+                tu_check_msg(first[r] == mem[0], "%s %s: rank %d's group differs from its members'", name, group_names[g], r);
             }
             int n = oracle_members(o, r, g, ref);
-            ck_assert_msg(n == count && memcmp(ref, mem, sizeof(int32_t) * (size_t)n) == 0,
-                          "%s %s: rank %d's members differ from the oracle's", name, group_names[g], r);
+            tu_check_msg(n == count && memcmp(ref, mem, sizeof(int32_t) * (size_t)n) == 0,
+                         "%s %s: rank %d's members differ from the oracle's", name, group_names[g], r);
         }
-        ck_assert_msg((int64_t)ngroups * size0 == world, "%s %s: %d groups of %d do not cover %d ranks", name,
-                      group_names[g], ngroups, size0, world);
+        tu_check_msg((int64_t)ngroups * size0 == world, "%s %s: %d groups of %d do not cover %d ranks", name,
+                     group_names[g], ngroups, size0, world);
     }
 }
 
@@ -370,19 +370,19 @@ START_TEST(test_table)
             int want_index = -1;
             for (int i = 0; i < n; i++)
                 if (want[i] == re->rank) want_index = i;
-            ck_assert_msg(want_index >= 0, "%s: table error, rank %d not in its %s group", tc->name, re->rank,
-                          group_names[g]);
-            ck_assert_int_eq(moe_layout_group(L, re->rank, g, got, MAXW, &count, &index), MOE_OK);
-            ck_assert_msg(count == n, "%s rank %d %s: %d members, expected %d", tc->name, re->rank, group_names[g], count, n);
+            tu_check_msg(want_index >= 0, "%s: table error, rank %d not in its %s group", tc->name, re->rank,
+                         group_names[g]);
+            tu_check_int_eq(moe_layout_group(L, re->rank, g, got, MAXW, &count, &index), MOE_OK);
+            tu_check_msg(count == n, "%s rank %d %s: %d members, expected %d", tc->name, re->rank, group_names[g], count, n);
             for (int i = 0; i < n; i++)
-                ck_assert_msg(got[i] == want[i], "%s rank %d %s: member %d is %d, expected %d", tc->name, re->rank,
-                              group_names[g], i, got[i], want[i]);
-            ck_assert_msg(index == want_index, "%s rank %d %s: index %d, expected %d", tc->name, re->rank, group_names[g],
-                          index, want_index);
+                tu_check_msg(got[i] == want[i], "%s rank %d %s: member %d is %d, expected %d", tc->name, re->rank,
+                             group_names[g], i, got[i], want[i]);
+            tu_check_msg(index == want_index, "%s rank %d %s: index %d, expected %d", tc->name, re->rank, group_names[g],
+                         index, want_index);
             /* size query without a buffer */
-            ck_assert_int_eq(moe_layout_group(L, re->rank, g, NULL, 0, &qcount, &qindex), MOE_OK);
-            ck_assert_int_eq(qcount, n);
-            ck_assert_int_eq(qindex, want_index);
+            tu_check_int_eq(moe_layout_group(L, re->rank, g, NULL, 0, &qcount, &qindex), MOE_OK);
+            tu_check_int_eq(qcount, n);
+            tu_check_int_eq(qindex, want_index);
         }
     }
     /* every kind partitions the world, as the oracle says */
@@ -404,9 +404,9 @@ START_TEST(test_large_sizes)
     for (int g = 0; g < NG; g++)
         for (int r = 0; r < 256; r++) {
             int32_t count = -1;
-            ck_assert_int_eq(moe_layout_group(L, r, g, NULL, 0, &count, NULL), MOE_OK);
-            ck_assert_msg(count == want[g], "%s group of rank %d has %d members, expected %d", group_names[g], r, count,
-                          want[g]);
+            tu_check_int_eq(moe_layout_group(L, r, g, NULL, 0, &count, NULL), MOE_OK);
+            tu_check_msg(count == want[g], "%s group of rank %d has %d members, expected %d", group_names[g], r, count,
+                         want[g]);
         }
     moe_layout_destroy(L);
     /* dp derived from the world gives the same layout */
@@ -519,32 +519,32 @@ static void check_split_colors(const moe_layout_config *cfg)
             fake_world(&w, ctx, &fake_ops, r, world);
             moe_comm *out = SENTINEL_PTR;
             memset(&split_log, 0, sizeof split_log);
-            ck_assert_int_eq(moe_comm_split_layout(&w, L, g, &out), MOE_OK);
-            ck_assert_int_eq(split_log.calls, 1);
+            tu_check_int_eq(moe_comm_split_layout(&w, L, g, &out), MOE_OK);
+            tu_check_int_eq(split_log.calls, 1);
             ck_assert_ptr_eq(out, &fake_sub);
             color_of[r] = split_log.color;
             key_of[r] = split_log.key;
             int32_t index = -1;
-            ck_assert_int_eq(moe_layout_group(L, r, g, mem, MAXW, &size, &index), MOE_OK);
-            ck_assert_msg(key_of[r] == index, "%s rank %d: key %d, index %d", group_names[g], r, key_of[r], index);
-            ck_assert_msg(color_of[r] >= 0 && color_of[r] < world / size, "%s rank %d: color %d outside 0..%d",
-                          group_names[g], r, color_of[r], world / size - 1);
+            tu_check_int_eq(moe_layout_group(L, r, g, mem, MAXW, &size, &index), MOE_OK);
+            tu_check_msg(key_of[r] == index, "%s rank %d: key %d, index %d", group_names[g], r, key_of[r], index);
+            tu_check_msg(color_of[r] >= 0 && color_of[r] < world / size, "%s rank %d: color %d outside 0..%d",
+                         group_names[g], r, color_of[r], world / size - 1);
             /* one color per group, one group per color */
             if (first_of_color[color_of[r]] < 0) first_of_color[color_of[r]] = mem[0];
-            ck_assert_msg(first_of_color[color_of[r]] == mem[0], "%s: color %d names two groups", group_names[g],
-                          color_of[r]);
+            tu_check_msg(first_of_color[color_of[r]] == mem[0], "%s: color %d names two groups", group_names[g],
+                         color_of[r]);
         }
         for (int32_t r = 0; r < world; r++) {
             int32_t count = 0;
-            ck_assert_int_eq(moe_layout_group(L, r, g, mem, MAXW, &count, NULL), MOE_OK);
+            tu_check_int_eq(moe_layout_group(L, r, g, mem, MAXW, &count, NULL), MOE_OK);
             for (int i = 0; i < count; i++) {
-                ck_assert_msg(color_of[mem[i]] == color_of[r], "%s: ranks %d and %d share a group but not a color",
-                              group_names[g], r, mem[i]);
-                ck_assert_int_eq(key_of[mem[i]], i); /* the new comm's ranks follow the member order */
-            }
-        }
-    }
-    moe_layout_destroy(L);
+                tu_check_msg(color_of[mem[i]] == color_of[r], "%s: ranks %d and %d share a group but not a color",
+                             group_names[g], r, mem[i]);
+                tu_check_int_eq(key_of[mem[i]], i); /* the new comm's ranks follow the member order */
+           }
+       }
+   }
+   moe_layout_destroy(L);
     moe_context_destroy(ctx);
 }
 
