@@ -16,7 +16,9 @@
  *  - across_threads_exact: layers whose every GEMM is exact (dyadic weights and inputs with few
  *    significant bits, top-1 routing so that the probability is exactly 1, ReLU experts, aux and
  *    z-losses reported but with an explicit aux-loss scale of 0 so that no inexact value reaches a GEMM),
- *    T = 512 (two 256-token reduction chunks): 1, 2 and 3 threads give the same bytes, every output.
+ *    T = 512 (two 256-token reduction chunks): 1, 2 and 3 threads give the same bytes, every output
+ *    but the router gradient (its GEMM sums T products that carry the softmax's rounding, and the GEMM
+ *    library may split that sum by thread count: oneDNN's AVX2 kernels do), held to 1e-6.
  *    The summation order of a GEMM is then irrelevant, so this checks that everything of the engine's
  *    own — routing, capacity, permutation, activations, losses, gradient assembly, recompute/offload —
  *    does not depend on the thread count (row partitions, fixed 256-token chunks).
@@ -86,6 +88,23 @@ static const char *rec_diff(const record *a, const record *b)
     for (int i = 0; i < a->n; i++) {
         if (a->size[i] != b->size[i] || strcmp(a->names[i], b->names[i]) != 0) return a->names[i];
         if (memcmp(a->bytes + a->off[i], b->bytes + b->off[i], a->size[i]) != 0) return a->names[i];
+    }
+    return NULL;
+}
+
+static double section_err(const record *a, const record *ref, int s);
+
+/* rec_diff, but the section named `loose` is compared to the normwise tolerance tol (its error in *err). */
+static const char *rec_diff_except(const record *a, const record *b, const char *loose, double tol, double *err)
+{
+    *err = 0;
+    if (a->n != b->n) return "(section count)";
+    for (int i = 0; i < a->n; i++) {
+        if (a->size[i] != b->size[i] || strcmp(a->names[i], b->names[i]) != 0) return a->names[i];
+        if (memcmp(a->bytes + a->off[i], b->bytes + b->off[i], a->size[i]) == 0) continue;
+        if (strcmp(a->names[i], loose) != 0 || a->kind[i] == KIND_BYTES) return a->names[i];
+        *err = section_err(b, a, i);
+        if (!(*err <= tol)) return a->names[i];
     }
     return NULL;
 }
@@ -430,7 +449,9 @@ START_TEST(across_threads)
         record r;
         record_run(&c->cfg, THREADS[t], T_SMALL, 0, &r);
         double err;
-        const char *d = rec_close(&r, &ref, 1e-5, 1e-12, &err);
+        /* the aux and z-loss values (doubles) of fp32 / bf16 layers come from fp32 probabilities */
+        const double tol64 = c->cfg.param_dtype == MOE_DTYPE_FP64 ? 1e-12 : 1e-5;
+        const char *d = rec_close(&r, &ref, 1e-5, tol64, &err);
         ck_assert_msg(d == NULL, "%s: %s differs between 1 and %d threads (rel. err. %.2e)", c->name, d, THREADS[t],
                       err);
         rec_free(&r);
@@ -522,8 +543,13 @@ START_TEST(across_threads_exact)
         if (tu_light() && t != 1 + _i % 2) continue; /* valgrind: 2 or 3 threads, in turn */
         record r;
         record_run(&c, THREADS[t], T_EXACT, 1, &r);
-        const char *d = rec_diff(&ref, &r);
-        ck_assert_msg(d == NULL, "exact layer %s: %s differs between 1 and %d threads", name, d, THREADS[t]);
+        /* every section bitwise but the router gradient: its GEMM sums T products of dlogits (which carry
+         * the softmax's rounding) and x, so its last bits follow the GEMM library's partition (oneDNN's
+         * AVX2 kernels split it by thread count); it is held to 1e-6 instead */
+        double err = 0;
+        const char *d = rec_diff_except(&ref, &r, "router grad", 1e-6, &err);
+        ck_assert_msg(d == NULL, "exact layer %s: %s differs between 1 and %d threads (rel. err. %.2e)", name, d,
+                      THREADS[t], err);
         rec_free(&r);
     }
     rec_free(&ref);
@@ -548,7 +574,8 @@ START_TEST(across_threads_large)
         record r;
         record_run(&c, THREADS[t], T, 0, &r);
         double err;
-        const char *d = rec_close(&r, &ref, 1e-5, 1e-12, &err);
+        /* an fp32 layer's aux and z-loss values are doubles computed from fp32 probabilities: fp32's tolerance */
+        const char *d = rec_close(&r, &ref, 1e-5, _i == 0 ? 1e-5 : 1e-12, &err);
         ck_assert_msg(d == NULL, "%s layer T=%lld: %s differs between 1 and %d threads (rel. err. %.2e)",
                       _i == 0 ? "fp32" : "fp64", (long long)T, d, THREADS[t], err);
         rec_free(&r);
