@@ -21,16 +21,14 @@
 # sanitizer stage (tests/backend/CMakeLists.txt): its heavy cases' coverage is in lighter ones.
 # MOE_TEST_LIGHT=1: the unit tests with the longest loops sample fewer inputs (testutil.h tu_light;
 # each such test says what it keeps), so that the whole suite fits CI's budget; every test runs.
-# OPENBLAS_CORETYPE=Sandybridge: OpenBLAS's AVX kernels rather than the FMA ones it picks for the
-# CPU valgrind presents (Haswell); valgrind emulates each FMA lane by a helper call, which made fp64
-# GEMMs ~20x slower (one fp64 layer step of test_determinism: 140 s against 7 s). Only the kernel
-# OpenBLAS runs changes; its accesses to libmoe's buffers are checked all the same.
+# OPENBLAS_CORETYPE is left as the machine has it (CI's rule): valgrind emulates OpenBLAS's FMA
+# kernels slowly, so the fp64 layers of the light mode are small instead.
 # ONEDNN_MAX_CPU_ISA=AVX: oneDNN's AVX GEMM kernels rather than the AVX2 ones it JIT-generates for
 # valgrind's CPU. The AVX2 sgemm kernel moves its stack pointer into a buffer oneDNN allocated on the
 # heap; memcheck takes that for a stack switch and then reports hundreds of uninitialised values and
 # invalid reads inside libdnnl, libgomp and the JIT code (test_quant_layer: 8558 errors, none with a
-# libmoe frame on top; with the AVX kernels: none). Also FMA-free, like OpenBLAS's (above): the test
-# took 169 s with the AVX2 kernels, 70 s with these.
+# libmoe frame on top; with the AVX kernels: none). FMA-free too: the test took 169 s with the AVX2
+# kernels, 70 s with these.
 # MOE_FAULT_STRIDE=25: test_fault_injection fails every 25th allocation of each walk instead of every
 # one (every scenario, source and configuration still walked, from its first allocation on).
 #
@@ -106,7 +104,7 @@ run_one() { # line
   local out="$logdir/$name.out" t0=$SECONDS rc
   (
     cd "$wd" || exit 125
-    exec env CK_FORK=no CK_TIMEOUT_MULTIPLIER=100 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=Sandybridge \
+    exec env CK_FORK=no CK_TIMEOUT_MULTIPLIER=100 OMP_WAIT_POLICY=PASSIVE \
       ONEDNN_MAX_CPU_ISA=AVX MOE_TEST_LIGHT=1 MOE_FAULT_STRIDE=25 "${env_kv[@]}" \
       timeout -k 10 "${VALGRIND_TIMEOUT:-1800}" "${vg[@]}" --log-file="$logdir/$name.vg.%p" "${command[@]}"
   ) >"$out" 2>&1
