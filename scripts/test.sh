@@ -9,8 +9,8 @@
 #                   checked), then ctest -L mpi with 2 threads per rank
 #      valgrind     every unit-labelled test of build/ under valgrind memcheck (tests/valgrind/run.sh:
 #                   leaks and memory errors, third-party suppressions only; one line per test)
-#      build-fuzz/  fuzz (libFuzzer, ASan+UBSan): tests/fuzz/run.sh 45 builds the harnesses with
-#                   clang, replays tests/fuzz/regress, fuzzes each harness 45 s and prints its
+#      build-fuzz/  fuzz (libFuzzer, ASan+UBSan): tests/fuzz/run.sh 60 builds the harnesses with
+#                   clang, replays tests/fuzz/regress, fuzzes each harness 60 s and prints its
 #                   execution count (fails on any crash)
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
 #   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline; and
@@ -125,7 +125,7 @@ current="fuzz (libFuzzer, ASan+UBSan)"; section "$current"
 # one line per harness with its execution count (tests/fuzz/README.md); the grown corpora and any
 # crashing input stay under build-fuzz/
 mkdir -p build-fuzz
-bash tests/fuzz/run.sh 45 | tee build-fuzz/summary.txt
+bash tests/fuzz/run.sh 60 | tee build-fuzz/summary.txt
 done_section "$current"
 # the execution counts again in the final summary
 while read -r line; do results+=("  $line"); done < <(grep -E '^fuzz_[a-z_]+: ' build-fuzz/summary.txt | grep ' runs in ')
