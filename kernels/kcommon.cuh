@@ -121,6 +121,7 @@ void fill_route(moe_ops *t);
 void fill_dispatch(moe_ops *t);
 void fill_rows(moe_ops *t);
 void fill_quant(moe_ops *t);
+void fill_quant_lt(moe_ops *t);
 
 } // namespace MOE_KNS
 

@@ -22,4 +22,5 @@ extern "C" void MOE_KERNEL_TABLE(moe_ops *t)
     MOE_KNS::fill_dispatch(t);
     MOE_KNS::fill_rows(t);
     MOE_KNS::fill_quant(t);
+    MOE_KNS::fill_quant_lt(t);
 }

@@ -15,7 +15,7 @@
     X(all_finite) X(aux_loss) X(count_add) X(bias_update) X(align_rows) X(gather_slots)                    \
     X(rows_gather_split) X(rows_scatter_join) X(rows_scatter_split) X(rows_gather_join) X(rows_pack)       \
     X(strided_copy) X(ag_pack_routing) X(ag_expert_rows) X(quantize) X(dequantize)                         \
-    X(gemm_q)
+    X(qscale_lt) X(gemm_q)
 
 #ifdef __cplusplus
 extern "C" {

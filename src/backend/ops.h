@@ -305,6 +305,13 @@ typedef struct moe_ops {
      * fp32 GEMM. */
     int32_t (*dequantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
                           const uint8_t *q, const void *scales, const float *tensor_scale, void *y);
+    /* out (=) = the block scales of a quantised [rows, cols] operand (scaling, as quantize wrote them)
+     * in the layout cuBLASLt's block-scaled matmuls read (quant_math.h, "cuBLASLt's scale layouts":
+     * moe_q_lt_count elements of quantize's scale type, padding 0). Bits are copied, never converted.
+     * Fails with MOE_ERR_UNSUPPORTED for per-tensor or unknown scaling and in the fp64 table,
+     * MOE_ERR_INVALID_ARGUMENT for negative sizes or missing buffers; empty operands write nothing. */
+    int32_t (*qscale_lt)(const moe_exec *ex, int32_t scaling, int64_t rows, int64_t cols, const void *scales,
+                         void *out);
     /* C[m,n] (row-major, ldc) = alpha * deq(A) deq(B)^T + beta * C, A [m,k] and B [n,k] quantised
      * along k (both contraction-major: the "TN" layout FP8 tensor cores take), deq = dequantize,
      * products accumulated in fp32 (fp32 table only; fp64 answers MOE_ERR_UNSUPPORTED). beta = 0

@@ -23,7 +23,7 @@
 #include "moe.h"
 #include "backend/ops.h"
 
-#if defined(__CUDACC__) || defined(MOE_SIM)
+#if defined(__CUDACC__) || (defined(MOE_SIM) && defined(__cplusplus)) /* the simulator's C++ */
 #define MOE_QHD static __host__ __device__ inline
 #else
 #define MOE_QHD static inline
@@ -222,6 +222,67 @@ MOE_QHD float moe_q_dequant_elem(int32_t fmt, int32_t scaling, const uint8_t *q,
     return v != v ? moe_q_u2f(MOE_Q_NAN_BITS) : v;
 }
 
+/* ---- cuBLASLt's scale layouts (qscale_lt in ops.h; docs/cuda.md, "Block-scaled GEMMs") ----------------
+ * quantize stores block scales row-major, scale (i, j) at i * cb + j (i: row, or 128-row tile for
+ * 128x128; j: block column; cb = ceil(cols / block)). cuBLASLt's block-scaled matmuls read the scales of
+ * a k-major operand [rows, cols] (cols = the contraction) in layouts of their own:
+ *   BLOCK_1X128   (VEC128_32F)     fp32 [cb][ld], ld = rows rounded up to 4: rows run fastest
+ *   BLOCK_128X128 (BLK128x128_32F) fp32 [ceil(rows/128)][ld], ld = cb rounded up to 4
+ *   MX32, NV16    (VEC32_UE8M0, VEC16_UE4M3) bytes in 128 x 4 tiles: the scale matrix [rows, cb] padded
+ *                 to [ceil(rows/128) * 128, ceil(cb/4) * 4], tiles stored row-major (tile row, tile
+ *                 column), 512 bytes each, and scale (i, j) at (i % 32) * 16 + (i / 32 % 4) * 4 + j % 4
+ *                 inside its tile.
+ * Entries no scale maps to (padding) are 0. */
+
+/* 1 when scaling has a cuBLASLt layout (every block scaling; not per-tensor). */
+MOE_QHD int moe_q_lt_scaling(int32_t scaling) { return scaling >= MOE_QSCALE_BLOCK_1X128 && scaling <= MOE_QSCALE_NV16; }
+
+/* The layout's leading dimension (1x128: ld; 128x128: ld; MX32 / NV16: tile columns). */
+MOE_QHD int64_t moe_q_lt_ld(int32_t scaling, int64_t rows, int64_t cols)
+{
+    const int64_t bc = moe_q_block_cols(scaling), cb = (cols + bc - 1) / bc;
+    if (scaling == MOE_QSCALE_BLOCK_1X128) return (rows + 3) / 4 * 4;
+    if (scaling == MOE_QSCALE_BLOCK_128X128) return (cb + 3) / 4 * 4;
+    return (cb + 3) / 4;
+}
+
+/* Elements (fp32 or bytes, as quantize's scales) of the layout; 0 for an empty operand. */
+MOE_QHD int64_t moe_q_lt_count(int32_t scaling, int64_t rows, int64_t cols)
+{
+    const int64_t bc = moe_q_block_cols(scaling), cb = (cols + bc - 1) / bc, ld = moe_q_lt_ld(scaling, rows, cols);
+    if (rows == 0 || cols == 0) return 0;
+    if (scaling == MOE_QSCALE_BLOCK_1X128) return cb * ld;
+    if (scaling == MOE_QSCALE_BLOCK_128X128) return (rows + 127) / 128 * ld;
+    return (rows + 127) / 128 * 128 * ld * 4;
+}
+
+/* Where quantize's scale (i, j) goes in the layout. */
+MOE_QHD int64_t moe_q_lt_index(int32_t scaling, int64_t rows, int64_t cols, int64_t i, int64_t j)
+{
+    const int64_t ld = moe_q_lt_ld(scaling, rows, cols);
+    if (scaling == MOE_QSCALE_BLOCK_1X128) return j * ld + i;
+    if (scaling == MOE_QSCALE_BLOCK_128X128) return i * ld + j;
+    return ((i / 128) * ld + j / 4) * 512 + (i % 32) * 16 + (i / 32 % 4) * 4 + j % 4;
+}
+
+/* The inverse: the quantize scale (i, j) that layout element o holds; 0 when o is padding. */
+MOE_QHD int moe_q_lt_source(int32_t scaling, int64_t rows, int64_t cols, int64_t o, int64_t *i, int64_t *j)
+{
+    const int64_t bc = moe_q_block_cols(scaling), cb = (cols + bc - 1) / bc, ld = moe_q_lt_ld(scaling, rows, cols);
+    if (scaling == MOE_QSCALE_BLOCK_1X128) {
+        *j = o / ld, *i = o % ld;
+        return *i < rows;
+    }
+    if (scaling == MOE_QSCALE_BLOCK_128X128) {
+        *i = o / ld, *j = o % ld;
+        return *j < cb;
+    }
+    const int64_t t = o / 512, w = o % 512;
+    *i = (t / ld) * 128 + (w % 16) / 4 * 32 + w / 16;
+    *j = (t % ld) * 4 + w % 4;
+    return *i < rows && *j < cb;
+}
+
 /* 0: a supported (format, scaling) pair; 1: a pair this version does not implement; 2: an unknown
  * format or scaling value. */
 MOE_QHD int moe_q_supported(int32_t fmt, int32_t scaling)
@@ -278,6 +339,28 @@ static inline int32_t moe_q_check(int deq, const void *ex, int32_t real_dtype, i
                  "scales = %p, tensor_scale = %p (NVFP4), overflow = %p", op, moe_q_fmt_name(fmt),
                  moe_q_scaling_name(scaling), ex, (long long)rows, (long long)cols, in, out, scales, tensor_scale,
                  overflow);
+        return MOE_ERR_INVALID_ARGUMENT;
+    }
+    return MOE_OK;
+}
+
+/* The host argument checks of qscale_lt, shared like moe_q_check's. */
+static inline int32_t moe_q_lt_check(const void *ex, int32_t real_dtype, int32_t scaling, int64_t rows, int64_t cols,
+                                     const void *scales, const void *out, char *msg, size_t cap)
+{
+    if (real_dtype != MOE_DTYPE_FP32) {
+        snprintf(msg, cap, "qscale_lt: only the fp32 table handles quantised operands (this table computes in "
+                 "dtype %d)", (int)real_dtype);
+        return MOE_ERR_UNSUPPORTED;
+    }
+    if (!moe_q_lt_scaling(scaling)) {
+        snprintf(msg, cap, "qscale_lt: scaling %d (%s) has no cuBLASLt block-scale layout (blockwise 1x128, "
+                 "128x128, MX32 and NV16 have)", (int)scaling, moe_q_scaling_name(scaling));
+        return MOE_ERR_UNSUPPORTED;
+    }
+    if (!ex || rows < 0 || cols < 0 || (rows > 0 && cols > 0 && (!scales || !out))) {
+        snprintf(msg, cap, "qscale_lt (%s): ex = %p, rows = %lld, cols = %lld (>= 0), scales = %p, out = %p",
+                 moe_q_scaling_name(scaling), ex, (long long)rows, (long long)cols, scales, out);
         return MOE_ERR_INVALID_ARGUMENT;
     }
     return MOE_OK;

@@ -179,6 +179,7 @@ static q_args *refuse(hx_suite *s, int32_t status, const char *why)
 void hx_cases_quant(hx_suite *s, int32_t dt)
 {
     hx_cases_gemm_q(s, dt);
+    hx_cases_qscale_lt(s, dt);
     static const int32_t pairs[][2] = {
         {MOE_QFMT_E4M3, MOE_QSCALE_TENSOR},        {MOE_QFMT_E5M2, MOE_QSCALE_TENSOR},
         {MOE_QFMT_E4M3, MOE_QSCALE_BLOCK_1X128},   {MOE_QFMT_E5M2, MOE_QSCALE_BLOCK_1X128},
@@ -227,6 +228,59 @@ void hx_cases_quant(hx_suite *s, int32_t dt)
     refuse(s, MOE_ERR_INVALID_ARGUMENT, "cols -3")->cols = -3;
     dequantize_case(s, dt, MOE_QFMT_E5M2, MOE_QSCALE_MX32, 2, 32);
     refuse(s, MOE_ERR_INVALID_ARGUMENT, "rows -1")->rows = -1;
+}
+
+/* ------------------------------------------------------------------------------------ qscale_lt */
+/* The scales are random bytes (fp32 ones included: the op moves bits, NaN patterns too); the whole
+ * output, padding included, is compared byte for byte. */
+
+static int32_t call_qscale_lt(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *d)
+{
+    const q_args *a = c->args;
+    return ops->qscale_lt(ex, a->scaling, a->rows, a->cols, d[0], d[1]);
+}
+
+static q_args *qscale_lt_case(hx_suite *s, int32_t dt, int32_t scaling, int64_t rows, int64_t cols)
+{
+    hx_case *c = hx_case_new(s, "qscale_lt", dt, call_qscale_lt, "%s rows=%lld cols=%lld", moe_q_scaling_name(scaling),
+                             (long long)rows, (long long)cols);
+    q_args *a = hx_case_args(c, sizeof(q_args));
+    a->fmt = scaling == MOE_QSCALE_NV16 ? MOE_QFMT_E2M1 : MOE_QFMT_E4M3, a->scaling = scaling, a->rows = rows,
+    a->cols = cols;
+    int64_t qb, ns, ss;
+    sizes(a, &qb, &ns, &ss);
+    const int lt = moe_q_lt_scaling(scaling) && rows >= 0 && cols >= 0;
+    const size_t in_bytes = (size_t)(ns * ss), out_bytes = lt ? (size_t)(moe_q_lt_count(scaling, rows, cols) * ss) : 4;
+    uint8_t *in = xmalloc(in_bytes);
+    for (size_t i = 0; i < in_bytes; i++) in[i] = (uint8_t)hx_next(&c->rng);
+    hx_buf_set(c, 0, "scales", HX_BYTES, HX_IN, in_bytes, in);
+    free(in);
+    hx_buf_set(c, 1, "out", HX_BYTES, HX_OUT, out_bytes, NULL);
+    if (dt != MOE_DTYPE_FP32) c->expect = MOE_ERR_UNSUPPORTED;
+    return a;
+}
+
+void hx_cases_qscale_lt(hx_suite *s, int32_t dt)
+{
+    if (dt != MOE_DTYPE_FP32) { /* the fp64 table refuses */
+        qscale_lt_case(s, dt, MOE_QSCALE_BLOCK_1X128, 4, 256);
+        return;
+    }
+    static const int32_t scalings[] = {MOE_QSCALE_BLOCK_1X128, MOE_QSCALE_BLOCK_128X128, MOE_QSCALE_MX32,
+                                       MOE_QSCALE_NV16};
+    /* rows and block columns on and off the layouts' multiples (4, 128), several 128-row tiles, one
+     * element, the probe's shape (256 x 256), empty operands */
+    static const int64_t shapes[][2] = {{1, 1},   {4, 128},  {5, 300}, {130, 257}, {260, 64},
+                                        {3, 17},  {128, 512}, {256, 256}, {33, 96}, {0, 33}, {5, 0}};
+    for (size_t i = 0; i < sizeof scalings / sizeof scalings[0]; i++)
+        for (size_t j = 0; j < sizeof shapes / sizeof shapes[0]; j++)
+            qscale_lt_case(s, dt, scalings[i], shapes[j][0], shapes[j][1]);
+    qscale_lt_case(s, dt, MOE_QSCALE_TENSOR, 4, 32);
+    refuse(s, MOE_ERR_UNSUPPORTED, "per-tensor: no layout");
+    qscale_lt_case(s, dt, MOE_QSCALE_MX32, 4, 32)->scaling = 9;
+    refuse(s, MOE_ERR_UNSUPPORTED, "scaling 9");
+    qscale_lt_case(s, dt, MOE_QSCALE_NV16, 4, 32)->rows = -1;
+    refuse(s, MOE_ERR_INVALID_ARGUMENT, "rows -1");
 }
 
 /* ------------------------------------------------------------------------------------ gemm_q */
@@ -290,14 +344,22 @@ static void qg_operand(hx_case *c, int sq, int ss_, int sts, int is_b, int32_t f
     }
 }
 
-/* Where a backend with MOE_BACKEND_CAP_FP8_GEMM may use FP8 tensor cores (docs/cuda.md). */
+/* Where a backend with MOE_BACKEND_CAP_FP8_GEMM may use FP8 tensor cores (docs/cuda.md): per-tensor
+ * FP8 operands, or block-scaled pairs (docs/cuda.md, "Block-scaled GEMMs"; restated here from the
+ * documentation, not taken from the engine's code). */
 static int fp8_core_shape(const qg_args *g)
 {
-    const int fa = g->a.format, fb = g->b.format;
-    return (fa == MOE_QFMT_E4M3 || fa == MOE_QFMT_E5M2) && (fb == MOE_QFMT_E4M3 || fb == MOE_QFMT_E5M2) &&
-           !(fa == MOE_QFMT_E5M2 && fb == MOE_QFMT_E5M2) && g->a.scaling == MOE_QSCALE_TENSOR &&
-           g->b.scaling == MOE_QSCALE_TENSOR && g->m % 16 == 0 && g->n % 16 == 0 && g->k % 16 == 0 && g->k > 0 &&
-           g->ldc % 4 == 0;
+    const int fa = g->a.format, fb = g->b.format, sa = g->a.scaling, sb = g->b.scaling;
+    const int fp8 = (fa == MOE_QFMT_E4M3 || fa == MOE_QFMT_E5M2) && (fb == MOE_QFMT_E4M3 || fb == MOE_QFMT_E5M2) &&
+                    !(fa == MOE_QFMT_E5M2 && fb == MOE_QFMT_E5M2);
+    if (g->k <= 0 || g->m % 16 || g->n % 16 || g->ldc % 4) return 0;
+    if (fp8 && sa == MOE_QSCALE_TENSOR && sb == MOE_QSCALE_TENSOR) return g->k % 16 == 0;
+    const int blockwise = (sa == MOE_QSCALE_BLOCK_1X128 || sa == MOE_QSCALE_BLOCK_128X128) &&
+                          (sb == MOE_QSCALE_BLOCK_1X128 || sb == MOE_QSCALE_BLOCK_128X128) &&
+                          !(sa == MOE_QSCALE_BLOCK_128X128 && sb == MOE_QSCALE_BLOCK_128X128);
+    if (fp8 && blockwise) return g->k % 128 == 0;
+    if (fp8 && sa == MOE_QSCALE_MX32 && sb == MOE_QSCALE_MX32) return g->k % 32 == 0;
+    return fa == MOE_QFMT_E2M1 && fb == MOE_QFMT_E2M1 && g->k % 32 == 0;
 }
 
 /* C[m, n] (ldc = n + pad) = alpha deq(A) deq(B)^T + beta C for A (fa, sa) [m,k] and B (fb, sb) [n,k];
@@ -362,6 +424,14 @@ void hx_cases_gemm_q(hx_suite *s, int32_t dt)
     gemm_q_case(s, dt, E4, B1, E4, B2, 40, 150, 300, 0, 1.5, 0.0);
     gemm_q_case(s, dt, E5, B1, E4, B2, 16, 32, 256, 2, 1.0, 1.0);
     gemm_q_case(s, dt, E4, B2, E5, B1, 130, 20, 129, 0, 1.0, 0.0);
+    /* the block-scaled path (multiples of 16 / 128 / 32): 1x128 x 128x128 (three tiles along n), the
+     * other way round, 1x128 x 1x128 (weight gradients), MXFP8, NVFP4 (alpha and beta on the device) */
+    gemm_q_case(s, dt, E4, B1, E4, B2, 32, 272, 256, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, B2, E5, B1, 144, 32, 384, 4, 0.5, 1.0);
+    gemm_q_case(s, dt, E5, B1, E4, B1, 48, 32, 128, 0, 1.0, 0.0);
+    gemm_q_case(s, dt, E4, MX, E5, MX, 32, 48, 96, 0, -1.0, 0.5);
+    gemm_q_case(s, dt, E2, NV, E2, NV, 16, 32, 64, 0, 0.5, 1.0);
+    gemm_q_case(s, dt, E2, NV, E2, NV, 160, 16, 288, 0, 1.0, 0.0);
     /* MXFP8 (k not a multiple of 32), mixed with per-tensor; NVFP4 (odd k: half bytes), mixed with FP8 */
     gemm_q_case(s, dt, E4, MX, E5, MX, 9, 11, 70, 0, 1.0, 0.0);
     gemm_q_case(s, dt, E5, MX, E4, T, 16, 16, 32, 0, 2.0, 1.0);

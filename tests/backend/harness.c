@@ -32,7 +32,7 @@ const hx_op_info hx_ops[] = {
     HX_OP(rows_scatter_split), HX_OP(rows_gather_join), HX_OP(rows_pack), HX_OP(strided_copy),
     HX_OP(ag_pack_routing), HX_OP(ag_expert_rows),
     /* quantisation */
-    HX_OP(quantize), HX_OP(dequantize), HX_OP(gemm_q),
+    HX_OP(quantize), HX_OP(dequantize), HX_OP(qscale_lt), HX_OP(gemm_q),
 };
 _Static_assert(sizeof hx_ops / sizeof hx_ops[0] == MOE_OPS_COUNT,
                "tests/backend/harness.c: every op slot of moe_ops needs an entry in hx_ops (and cases)");

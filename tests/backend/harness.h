@@ -143,6 +143,7 @@ void hx_cases_route(hx_suite *s, int32_t dtype);
 void hx_cases_dispatch(hx_suite *s, int32_t dtype);
 void hx_cases_rows(hx_suite *s, int32_t dtype);
 void hx_cases_elementwise(hx_suite *s, int32_t dtype);
+void hx_cases_qscale_lt(hx_suite *s, int32_t dtype); /* qscale_lt */
 void hx_cases_quant(hx_suite *s, int32_t dtype);   /* quantize, dequantize; and gemm_q: */
 void hx_cases_gemm_q(hx_suite *s, int32_t dtype);  /* cases_quant.c, called by hx_cases_quant */
 

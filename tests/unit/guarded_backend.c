@@ -122,6 +122,7 @@ static int32_t g_memset(const moe_exec *ex, void *dst, int32_t value, size_t byt
     X(ag_expert_rows, (const moe_exec *ex, int64_t T_all, int32_t K, int32_t E, int32_t first, int32_t El, int64_t rrec, const void *grec, const int64_t *xoff, int64_t *gslot, int64_t *rowtok, void *pr), (ex, T_all, K, E, first, El, rrec, grec, xoff, gslot, rowtok, pr)) \
     X(quantize, (const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols, const void *x, uint8_t *q, void *scales, float *tensor_scale, int64_t *overflow), (ex, format, scaling, rows, cols, x, q, scales, tensor_scale, overflow)) \
     X(dequantize, (const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols, const uint8_t *q, const void *scales, const float *tensor_scale, void *y), (ex, format, scaling, rows, cols, q, scales, tensor_scale, y)) \
+    X(qscale_lt, (const moe_exec *ex, int32_t scaling, int64_t rows, int64_t cols, const void *scales, void *out), (ex, scaling, rows, cols, scales, out)) \
     X(gemm_q, (const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a, const moe_qmat *b, double beta, void *c, int64_t ldc, void *work), (ex, m, n, k, alpha, a, b, beta, c, ldc, work))
 
 /* One wrapper per op and table: device memory is open while the CPU op runs. */

@@ -100,6 +100,8 @@ int32_t MOE_R(cpu_quantize)(const moe_exec *ex, int32_t format, int32_t scaling,
                             const void *x, uint8_t *q, void *scales, float *tensor_scale, int64_t *overflow);
 int32_t MOE_R(cpu_dequantize)(const moe_exec *ex, int32_t format, int32_t scaling, int64_t rows, int64_t cols,
                               const uint8_t *q, const void *scales, const float *tensor_scale, void *y);
+int32_t MOE_R(cpu_qscale_lt)(const moe_exec *ex, int32_t scaling, int64_t rows, int64_t cols, const void *scales,
+                             void *out);
 /* cpu_gemm_q.c (the fp64 table answers MOE_ERR_UNSUPPORTED) */
 int32_t MOE_R(cpu_gemm_q)(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
                           const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);

@@ -45,5 +45,6 @@ const moe_ops MOE_R(moe_cpu_ops) = {
     .ag_expert_rows = MOE_R(cpu_ag_expert_rows),
     .quantize = MOE_R(cpu_quantize),
     .dequantize = MOE_R(cpu_dequantize),
+    .qscale_lt = MOE_R(cpu_qscale_lt),
     .gemm_q = MOE_R(cpu_gemm_q),
 };
