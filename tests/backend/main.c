@@ -35,7 +35,8 @@ static const char *usage =
     "                        [--expect-fail OP[:KIND]] [--light]\n"
     "  NAME: cpu (or another backend of this build), guarded-cpu, sim (the CUDA kernels in the\n"
     "        kernel simulator, where built), sim-planted-nosync, sim-planted-offbyone (the simulator\n"
-    "        with a planted kernel bug), broken-permute,\n"
+    "        with a planted kernel bug), sim-planted-ltlayout (a block-scaled matmul that misreads\n"
+    "        the scales: gemm_q's probe must keep it out), broken-permute,\n"
     "        broken-unpermute, broken-overflow, broken-gemm\n"
     "  --op: only these ops' cases; --light: skip the heavy cases (their coverage is in lighter ones)\n";
 
