@@ -11,6 +11,7 @@
 
 #include "moe.h"
 #include "backend/backend.h"
+#include "backend/gemm_q_scaled.h"
 
 #define MOE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* per context: cuBLASLt + CUB temporaries */
 #define MOE_CUDA_LT_CACHE 256                        /* cached matmul plans per context */
@@ -18,7 +19,7 @@
 /* One cached cuBLASLt plan: descriptors and the heuristic's algorithm for one GEMM shape. */
 typedef struct moe_lt_plan {
     int used;
-    uint64_t key[6];
+    uint64_t key[7];
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -38,6 +39,7 @@ typedef struct moe_cuda_device {
      * reference one (doubling growth bounds them by the current block's size) */
     void *retired[48];
     int retired_count;
+    moe_lt_probe lt_probe;      /* gemm_q's block-scaled pairs: verdicts and calls (gemm_q.c) */
 } moe_cuda_device;
 
 /* cudaError_t -> status with a message naming what failed (clears the sticky last error). */
@@ -60,6 +62,10 @@ int32_t moe_cuda_gemm_grouped_reduce(const moe_exec *ex, int64_t groups, const i
 int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const uint8_t *a,
                              int32_t a_format, const float *a_scale, const uint8_t *b, int32_t b_format,
                              const float *b_scale, double beta, float *c, int64_t ldc);
+/* The block-scaled matmul of gemm_q_scaled.h on cuBLASLt (gemm_lt.c). */
+int32_t moe_cuda_gemm_scaled_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, const moe_lt_operand *a,
+                                const moe_lt_operand *b, double alpha, double beta, const float *dev_alpha_beta,
+                                float *c, int64_t ldc);
 /* gemm_q of the cuda-f32 table (gemm_q.c). */
 int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
                         const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);

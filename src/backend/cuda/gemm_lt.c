@@ -33,9 +33,14 @@ typedef struct lt_call {
     int64_t batch, stride_a, stride_b, stride_c;
     float alpha, beta;
     int vary; /* LT_VARY_*: the dimension that changes from step to step (dropless row counts) */
-    /* FP8 operands (gemm_q.c): device pointers to the fp32 decode scales of cuBLASLt's A and B
-     * (D = alpha * scale_a * scale_b * op(A) op(B) + beta * C); NULL for the fp32 / bf16 GEMMs */
-    const float *scale_a, *scale_b;
+    /* FP8 / FP4 operands (gemm_q.c): device pointers to the decode scales of cuBLASLt's A and B,
+     * per tensor (scale modes 0: D = alpha * scale_a * scale_b * op(A) op(B) + beta * C) or per block
+     * (scale modes CUBLASLT_MATMUL_MATRIX_SCALE_*, scales in cuBLASLt's layouts); NULL for the fp32 /
+     * bf16 GEMMs */
+    const void *scale_a, *scale_b;
+    int32_t scale_mode_a, scale_mode_b;
+    /* device {alpha, beta} (NVFP4: the tensor scales folded into alpha); NULL: the host values above */
+    const float *dev_alpha_beta;
 } lt_call;
 
 /* Dropless routing gives every expert a new row count each step; a plan per exact shape would query
@@ -69,9 +74,10 @@ void moe_cuda_plans_destroy(moe_cuda_device *d)
     for (int i = 0; i < MOE_CUDA_LT_CACHE; i++) plan_free(&d->plans[i]);
 }
 
-static int is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+/* Quantised operand types (FP8, FP4): their matmuls take decode scales. */
+static int is_narrow(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2 || t == CUDA_R_4F_E2M1; }
 
-/* The per-call attributes of an FP8 plan: its operands' scale pointers. They are not part of the
+/* The per-call attributes of a quantised plan: its operands' scale pointers. They are not part of the
  * plan's key (the data changes every call), so they are set again before every matmul. */
 static int32_t set_fp8_scales(cublasLtMatmulDesc_t desc, const lt_call *c)
 {
@@ -109,7 +115,7 @@ static int32_t plan_for(const moe_exec *ex, const lt_call *call, moe_lt_plan **o
     if (pc.vary == LT_VARY_N) pc.n = bucket(pc.n);
     if (pc.vary == LT_VARY_K) pc.k = bucket(pc.k);
     const lt_call *c = &pc;
-    uint64_t key[6] = {
+    uint64_t key[7] = {
         (uint64_t)c->ta | (uint64_t)c->tb << 2 | (uint64_t)c->type_a << 8 | (uint64_t)c->type_b << 16 |
             (uint64_t)align_of(c->a) << 24 | (uint64_t)align_of(c->b) << 36 | (uint64_t)align_of(c->c) << 48 |
             (uint64_t)c->vary << 60,
@@ -118,6 +124,7 @@ static int32_t plan_for(const moe_exec *ex, const lt_call *call, moe_lt_plan **o
         (uint64_t)c->k ^ (uint64_t)c->ldb << 32,
         (uint64_t)c->ldc ^ (uint64_t)c->stride_c << 24,
         (uint64_t)c->stride_a ^ (uint64_t)c->stride_b << 20 ^ (uint64_t)c->batch,
+        (uint64_t)c->scale_mode_a | (uint64_t)c->scale_mode_b << 8 | (uint64_t)(c->dev_alpha_beta != NULL) << 16,
     };
     moe_lt_plan *victim = &d->plans[0];
     for (int i = 0; i < MOE_CUDA_LT_CACHE; i++) {
@@ -137,12 +144,27 @@ static int32_t plan_for(const moe_exec *ex, const lt_call *call, moe_lt_plan **o
     p->used = 1; /* from here on plan_free releases what exists */
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &c->ta, sizeof c->ta);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &c->tb, sizeof c->tb);
-    if (is_fp8(c->type_a)) {
+    if (is_narrow(c->type_a)) {
         /* no fast accumulation: cuBLASLt then promotes the tensor cores' reduced-precision partial
          * sums to fp32 periodically along k (the default, made explicit) */
         int8_t fast = 0;
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
-        st = set_fp8_scales(p->desc, c); /* the heuristic sees the matmul it will run */
+        if (c->scale_mode_a || c->scale_mode_b) { /* block scales, read in cuBLASLt's layouts */
+            st = moe_cuda_lt_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                                  &c->scale_mode_a, sizeof c->scale_mode_a),
+                                   "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+            if (!st)
+                st = moe_cuda_lt_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                                      &c->scale_mode_b, sizeof c->scale_mode_b),
+                                       "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+        }
+        if (!st && c->dev_alpha_beta) {
+            cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+            st = moe_cuda_lt_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm,
+                                                                  sizeof pm),
+                                   "cublasLtMatmulDescSetAttribute(POINTER_MODE)");
+        }
+        if (!st) st = set_fp8_scales(p->desc, c); /* the heuristic sees the matmul it will run */
     }
     int64_t ar = c->ta == CUBLAS_OP_N ? c->m : c->k, ac = c->ta == CUBLAS_OP_N ? c->k : c->m;
     int64_t br = c->tb == CUBLAS_OP_N ? c->k : c->n, bc = c->tb == CUBLAS_OP_N ? c->n : c->k;
@@ -201,9 +223,11 @@ static int32_t lt_run(const moe_exec *ex, const lt_call *c)
         set_dims(p->lb, c->tb == CUBLAS_OP_N ? c->k : c->n, c->tb == CUBLAS_OP_N ? c->n : c->k);
         set_dims(p->lc, c->m, c->n);
     }
-    if (is_fp8(c->type_a) && (st = set_fp8_scales(p->desc, c)) != MOE_OK) return st;
-    cublasStatus_t r = cublasLtMatmul(d->lt, p->desc, &c->alpha, c->a, p->la, c->b, p->lb, &c->beta, c->c, p->lc, c->c,
-                                      p->lc, &p->algo, ex->workspace, ex->workspace_bytes, s);
+    if (is_narrow(c->type_a) && (st = set_fp8_scales(p->desc, c)) != MOE_OK) return st;
+    const void *alpha = c->dev_alpha_beta ? (const void *)c->dev_alpha_beta : (const void *)&c->alpha;
+    const void *beta = c->dev_alpha_beta ? (const void *)(c->dev_alpha_beta + 1) : (const void *)&c->beta;
+    cublasStatus_t r = cublasLtMatmul(d->lt, p->desc, alpha, c->a, p->la, c->b, p->lb, beta, c->c, p->lc, c->c, p->lc,
+                                      &p->algo, ex->workspace, ex->workspace_bytes, s);
     if (r != CUBLAS_STATUS_SUCCESS && c->vary != LT_VARY_NONE) {
         lt_call exact = *c; /* the bucket's algorithm refused this shape: a plan of its own */
         exact.vary = LT_VARY_NONE;
@@ -430,6 +454,44 @@ int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k
         .a = b, .b = a, .lda = k, .ldb = k, .ldc = ldc, .c = c,
         .batch = 1, .alpha = (float)alpha, .beta = (float)beta, .vary = LT_VARY_NONE,
         .scale_a = b_scale, .scale_b = a_scale,
+    };
+    return lt_run(ex, &call);
+}
+
+/* cuBLASLt's type and scale mode of a quantised operand. */
+static cudaDataType_t q_type(int32_t format)
+{
+    return format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : format == MOE_QFMT_E2M1 ? CUDA_R_4F_E2M1 : CUDA_R_8F_E4M3;
+}
+
+static int32_t q_scale_mode(int32_t scaling)
+{
+    switch (scaling) {
+    case MOE_QSCALE_BLOCK_1X128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case MOE_QSCALE_BLOCK_128X128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case MOE_QSCALE_MX32: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    default: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    }
+}
+
+/* The block-scaled matmul of gemm_q_scaled.h: row-major C[m,n] = alpha A B^T + beta C with A [m,k] and
+ * B [n,k] k-major and their block scales in cuBLASLt's layouts. After the row/column-major swap
+ * cuBLASLt multiplies B^T(T) by A^T(N), the "TN" layout, and its A is our B: B's scales go in as A's.
+ * alpha and beta come from the device for NVFP4 (dev_alpha_beta). MOE_ERR_UNSUPPORTED when the
+ * heuristic has no algorithm (the GPU or the library version has no such kernel), nothing queued. */
+int32_t moe_cuda_gemm_scaled_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, const moe_lt_operand *a,
+                                const moe_lt_operand *b, double alpha, double beta, const float *dev_alpha_beta,
+                                float *c, int64_t ldc)
+{
+    lt_call call = {
+        .ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
+        .m = n, .n = m, .k = k,
+        .type_a = q_type(b->format), .type_b = q_type(a->format),
+        .a = b->q, .b = a->q, .lda = k, .ldb = k, .ldc = ldc, .c = c,
+        .batch = 1, .alpha = (float)alpha, .beta = (float)beta, .vary = LT_VARY_NONE,
+        .scale_a = b->scales, .scale_b = a->scales,
+        .scale_mode_a = q_scale_mode(b->scaling), .scale_mode_b = q_scale_mode(a->scaling),
+        .dev_alpha_beta = dev_alpha_beta,
     };
     return lt_run(ex, &call);
 }

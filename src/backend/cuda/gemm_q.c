@@ -1,7 +1,7 @@
 /*
  * gemm_q of the cuda-f32 table (contract: backend/ops.h; constraints: docs/cuda.md, "Quantised GEMMs").
  *
- * Two paths:
+ * Three paths:
  *  - FP8 tensor cores (cuBLASLt, gemm_lt.c moe_cuda_gemm_fp8_tn): both operands FP8 with per-tensor
  *    scales, not both E5M2 (cuBLASLt has no E5M2 x E5M2 kernel), m, n, k multiples of 16, the codes
  *    and C 16-byte aligned and C's rows too (ldc a multiple of 4 floats): what cuBLASLt's FP8
@@ -13,25 +13,29 @@
  *    then an fp32 GEMM) by more than summation order: Hopper's FP8 MMAs keep about 14 bits of their
  *    partial sums until cuBLASLt promotes them to fp32 (fast accumulation stays off, so it does,
  *    periodically along k). Compiled, not yet run on a GPU.
- *  - Everything else (blockwise, MX, NVFP4, unaligned sizes, E5M2 x E5M2): the definition itself,
- *    the dequantize kernel into `work`, then the fp32 cuBLASLt GEMM (COMPUTE_32F, no TF32), which is
- *    also where the FP8 path goes should cuBLASLt find no algorithm for a shape.
- *
- * Not wired yet, and why: cuBLASLt can apply block scales inside the matmul
- * (CUBLASLT_MATMUL_DESC_A_SCALE_MODE / B_SCALE_MODE). On sm_90 with cuBLAS >= 12.9,
- * CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F (1x128 activations) and
- * CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F (128x128 weights) would run DeepSeek-style blockwise
- * FP8 on the tensor cores; on sm_100, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 (MXFP8) and
- * CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 (NVFP4, with the fp32 tensor scales folded into alpha)
- * are the block-scaled MMAs. Each wants its scale tensor in its own layout (the VEC32 / VEC16 modes
- * in 128x4 tiles, swizzled), not quantize's row-major one, so a conversion kernel must come first;
- * neither the layouts nor the numerics could be verified without a device, and a wrong scale layout
- * is silently wrong numbers, so those recipes take the exact path until a GPU test can pin them.
+ *  - Block-scaled tensor cores (cuBLASLt, gemm_lt.c moe_cuda_gemm_scaled_tn, through
+ *    backend/gemm_q_scaled.c): FP8 blockwise (1x128 x 128x128, 128x128 x 1x128, 1x128 x 1x128:
+ *    CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F, Hopper with cuBLAS >= 12.9), MXFP8
+ *    (VEC32_UE8M0) and NVFP4 (VEC16_UE4M3, the fp32 tensor scales folded into a device alpha), the
+ *    last two Blackwell's. quantize's block scales are first rearranged into cuBLASLt's layouts (the
+ *    qscale_lt kernel, kernels/quant_lt.cu) in gemm_q's `work`. Each pair is verified once per
+ *    context, at its first eager call, by the probe of gemm_q_scaled.c (a wrong reading of a layout
+ *    would be silently wrong numbers); a pair cuBLASLt has no kernel for on this GPU, or whose
+ *    probe disagrees, takes the exact path from then on. While a stream is being captured an
+ *    unverified pair takes the exact path (the probe synchronises): the eager warm-up verifies.
+ *  - Everything else (unaligned sizes, E5M2 x E5M2, mixed recipes, unverified pairs): the definition
+ *    itself, the dequantize kernel into `work`, then the fp32 cuBLASLt GEMM (COMPUTE_32F, no TF32),
+ *    which is also where the tensor-core paths go should cuBLASLt find no algorithm for a shape.
+ * The layouts come from cuBLAS's documentation and TransformerEngine's use of it; they run in CI
+ * only against the simulator's stand-in for cuBLASLt (tests/gpu/sim/sim_lt_matmul.c), so on a GPU
+ * the probe is what stands between a misreading and the results (tests/gpu/run reports its
+ * verdicts).
  */
 #include <stdint.h>
 
 #include "base/error.h"
 #include "backend/gemm_q.h"
+#include "backend/gemm_q_scaled.h"
 #include "backend/cuda/cuda_device.h"
 
 static int is_fp8(int32_t f) { return f == MOE_QFMT_E4M3 || f == MOE_QFMT_E5M2; }
@@ -58,6 +62,17 @@ int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, dou
                                   (const float *)b->scales, beta, (float *)c, ldc);
         if (st != MOE_ERR_UNSUPPORTED) return st;
         /* no FP8 algorithm for this shape here (nothing was queued): the exact path */
+        return moe_gemm_q_by_dequantize(moe_cuda_ops_f32(), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
     }
-    return moe_gemm_q_by_dequantize(moe_cuda_ops_f32(), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+    moe_cuda_device *d = ex->device;
+    cudaStream_t s = ex->stream ? (cudaStream_t)ex->stream : d->stream;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cs = cudaStreamCaptureStatusActive; /* unknown: never synchronise */
+    }
+    const moe_lt_engine eng = {.backend = &moe_backend_cuda, .ops = moe_cuda_ops_f32(),
+                               .matmul = moe_cuda_gemm_scaled_tn, .probe = &d->lt_probe,
+                               .may_probe = cs == cudaStreamCaptureStatusNone};
+    return moe_gemm_q_lt(&eng, ex, m, n, k, alpha, a, b, beta, c, ldc, work);
 }
