@@ -221,8 +221,15 @@ int32_t moe_gemm_q_lt(const moe_lt_engine *eng, const moe_exec *ex, int64_t m, i
     const int pair = k > 0 ? moe_lt_pair(m, n, k, a, b, c, ldc) : -1;
     if (pair >= 0) {
         moe_lt_probe *p = eng->probe;
+        /* a graph must not bake in the slow path of a pair that would verify: the engine's capture
+         * (core/graph.c) abandons on this status and runs the call eagerly, which probes; a host
+         * capturing its own stream is told to run one call first (as for the bf16 operand scratch) */
+        if (p->verdict[pair] == 0 && !eng->may_probe)
+            return moe_errorf(NULL, MOE_ERR_STATE, "gemm_q: the block-scaled %s matmul is verified at its first "
+                              "call, which cannot be made while a CUDA Graph is being captured (run one call "
+                              "eagerly first)", moe_lt_pair_name(pair));
         /* a probe that cannot run (memory) leaves the pair unverified: this call takes the definition */
-        if (p->verdict[pair] == 0 && eng->may_probe) (void)probe(eng, ex, pair);
+        if (p->verdict[pair] == 0) (void)probe(eng, ex, pair);
         if (p->verdict[pair] == 1) {
             st = run_scaled(eng, ex, m, n, k, alpha, a, b, beta, c, ldc, work);
             if (st != MOE_ERR_UNSUPPORTED) {

@@ -56,8 +56,8 @@ typedef struct moe_lt_engine {
     const moe_ops *ops;         /* the fp32 table (qscale_lt, quantize, the definition's ops) */
     moe_lt_matmul_fn matmul;
     moe_lt_probe *probe;        /* per engine state; the caller serialises calls that share one */
-    int may_probe;              /* 0 while ex's stream is captured into a graph: unverified pairs then
-                                 * take the definition (the probe synchronises) */
+    int may_probe;              /* 0 while ex's stream is captured into a graph: the probe synchronises,
+                                 * so a call of an unverified pair is refused (MOE_ERR_STATE) */
 } moe_lt_engine;
 
 /* The pair (MOE_LT_PAIR_*) when the block-scaled path applies to gemm_q(m, n, k, a, b, c, ldc), else
@@ -67,7 +67,9 @@ typedef struct moe_lt_engine {
 int moe_lt_pair(int64_t m, int64_t n, int64_t k, const moe_qmat *a, const moe_qmat *b, const void *c, int64_t ldc);
 
 /* gemm_q (ops.h contract) over engine eng: the block-scaled path for a verified pair (probing it first
- * when it is new and eng->may_probe), else moe_gemm_q_by_dequantize on eng->ops. */
+ * when it is new), else moe_gemm_q_by_dequantize on eng->ops. A new pair while capturing
+ * (!eng->may_probe) is MOE_ERR_STATE, nothing queued: the engine's graph capture then runs the call
+ * eagerly (core/graph.c), which probes, and captures the next one. */
 int32_t moe_gemm_q_lt(const moe_lt_engine *eng, const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha,
                       const moe_qmat *a, const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);
 

@@ -3,7 +3,8 @@
  *  - forward and backward (dx and every gradient) of a CUDA layer against the CPU layer with the same
  *    parameters, fp32 and bf16, dropless and with capacity + padding, and FP8 blockwise experts on
  *    cuBLASLt's block-scaled matmuls (their probe's verdict checked);
- *  - CUDA Graph replay bitwise equal to eager execution (static shapes), and replays really happen;
+ *  - CUDA Graph replay bitwise equal to eager execution (static shapes), and replays really happen,
+ *    also for FP8 blockwise experts, whose graphs must hold the verified block-scaled matmuls;
  *  - determinism: the same step twice gives bitwise identical outputs and gradients;
  *  - the caching allocator in steady state: no raw device allocation after the warm-up step;
  *  - an NCCL communicator of one rank on device buffers as the layer's EP group (EP = 1) gives the
@@ -367,20 +368,21 @@ static int same(const result *a, const result *b)
     return 1;
 }
 
-START_TEST(graph_replay_equals_eager)
+/* Four steps of config c with graphs and without, bitwise equal step by step; the graphed context's
+ * block-scaled gemm_q state in probe (may be NULL). */
+static void graphs_vs_eager(const moe_layer_config *c, int32_t dtype, moe_lt_probe *probe)
 {
-    moe_layer_config c = config(MOE_DTYPE_BF16, 1);
-    moe_layer_config c_off = c;
+    moe_layer_config c_off = *c;
     c_off.graphs = MOE_GRAPHS_OFF;
     side eager, graphed;
     side_open(&eager, 1, &c_off, NULL);
-    side_open(&graphed, 1, &c, NULL);
+    side_open(&graphed, 1, c, NULL);
     copy_params(&eager, &graphed);
     void *hx, *hdy;
-    inputs(MOE_DTYPE_BF16, &hx, &hdy);
+    inputs(dtype, &hx, &hdy);
     runner re, rg;
-    runner_open(&re, &eager, MOE_DTYPE_BF16, hx, hdy);
-    runner_open(&rg, &graphed, MOE_DTYPE_BF16, hx, hdy);
+    runner_open(&re, &eager, dtype, hx, hdy);
+    runner_open(&rg, &graphed, dtype, hx, hdy);
     for (int it = 0; it < 4; it++) {
         result a, b;
         run_step(&re, &a);
@@ -392,12 +394,39 @@ START_TEST(graph_replay_equals_eager)
     ck_assert_int_gt(graphed.ctx->graph_captures, 0);
     ck_assert_int_gt(graphed.ctx->graph_replays, graphed.ctx->graph_captures); /* replays beyond the first launch */
     ck_assert_int_eq(eager.ctx->graph_captures, 0);
+    if (probe) *probe = ((const moe_cuda_device *)graphed.ctx->device_state)->lt_probe;
     runner_close(&re);
     runner_close(&rg);
     side_close(&eager);
     side_close(&graphed);
     free(hx);
     free(hdy);
+}
+
+START_TEST(graph_replay_equals_eager)
+{
+    moe_layer_config c = config(MOE_DTYPE_BF16, 1);
+    graphs_vs_eager(&c, MOE_DTYPE_BF16, NULL);
+}
+END_TEST
+
+/* Graphs of an FP8 blockwise layer: the first capture meets the unverified block-scaled pair and is
+ * abandoned (gemm_q refuses to probe inside a capture), the call runs eagerly and verifies it, and the
+ * graphs captured after that replay the block-scaled matmuls, bitwise equal to eager execution. */
+START_TEST(fp8_blockwise_graphs_use_block_scaled)
+{
+    int major = 0;
+    ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    if (major < 9) return;
+    const int64_t t0 = T, h0 = H, f0 = F;
+    T = 256, H = 256, F = 256;
+    moe_layer_config c = config(MOE_DTYPE_FP32, 1);
+    c.quant_recipe = MOE_QUANT_FP8_BLOCKWISE;
+    moe_lt_probe probe;
+    graphs_vs_eager(&c, MOE_DTYPE_FP32, &probe);
+    ck_assert_int_eq(probe.verdict[MOE_LT_PAIR_1X128_128X128], 1);
+    ck_assert_int_gt(probe.scaled_calls, 0);
+    T = t0, H = h0, F = f0;
 }
 END_TEST
 
@@ -478,6 +507,7 @@ int main(void)
     tcase_add_test(tc, bf16_dropless_matches_cpu);
     tcase_add_test(tc, fp8_blockwise_matches_cpu);
     tcase_add_test(tc, graph_replay_equals_eager);
+    tcase_add_test(tc, fp8_blockwise_graphs_use_block_scaled);
     tcase_add_test(tc, deterministic_and_steady_state);
 #ifdef MOE_TEST_HAVE_NCCL
     tcase_add_test(tc, nccl_ep1_matches_single_rank);

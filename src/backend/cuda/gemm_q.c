@@ -22,7 +22,8 @@
  *    context, at its first eager call, by the probe of gemm_q_scaled.c (a wrong reading of a layout
  *    would be silently wrong numbers); a pair cuBLASLt has no kernel for on this GPU, or whose
  *    probe disagrees, takes the exact path from then on. While a stream is being captured an
- *    unverified pair takes the exact path (the probe synchronises): the eager warm-up verifies.
+ *    unverified pair is refused with MOE_ERR_STATE (the probe synchronises): the engine's own
+ *    capture (core/graph.c) then runs that call eagerly, which verifies, and captures the next.
  *  - Everything else (unaligned sizes, E5M2 x E5M2, mixed recipes, unverified pairs): the definition
  *    itself, the dequantize kernel into `work`, then the fp32 cuBLASLt GEMM (COMPUTE_32F, no TF32),
  *    which is also where the tensor-core paths go should cuBLASLt find no algorithm for a shape.

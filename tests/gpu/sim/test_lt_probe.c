@@ -240,8 +240,9 @@ static int32_t no_kernel(const moe_exec *ex, int64_t m, int64_t n, int64_t k, co
     return MOE_ERR_UNSUPPORTED;
 }
 
-/* While capturing (may_probe 0) a new pair takes the definition unprobed; an engine without a kernel
- * for a pair is refused with rel_err Inf; both answers are the definition's, bit for bit. */
+/* While capturing (may_probe 0) a new pair is refused (MOE_ERR_STATE, C untouched: the engine's capture
+ * then runs the call eagerly); an engine without a kernel for a pair is refused with rel_err Inf and
+ * the definition answers, bit for bit. */
 static void test_no_probe_and_no_kernel(void)
 {
     side s;
@@ -258,12 +259,17 @@ static void test_no_probe_and_no_kernel(void)
     moe_lt_probe pr;
     memset(&pr, 0, sizeof pr);
     moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul, .probe = &pr, .may_probe = 0};
-    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
-    CHECK(pr.verdict[pc->pair] == 0 && pr.exact_calls == 1 && memcmp(c, want, sizeof(float) * (size_t)mn) == 0);
+    for (int64_t i = 0; i < mn; i++) c[i] = 7.0f;
+    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_ERR_STATE);
+    CHECK(pr.verdict[pc->pair] == 0 && pr.exact_calls == 0 && pr.scaled_calls == 0 && c[0] == 7.0f && c[mn - 1] == 7.0f);
     eng.may_probe = 1;
     eng.matmul = no_kernel;
     CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
-    CHECK(pr.verdict[pc->pair] == -1 && isinf(pr.rel_err[pc->pair]) && pr.exact_calls == 2);
+    CHECK(pr.verdict[pc->pair] == -1 && isinf(pr.rel_err[pc->pair]) && pr.exact_calls == 1);
+    /* refused pairs need no probe: captures take the definition */
+    eng.may_probe = 0;
+    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
+    CHECK(pr.exact_calls == 2);
     CHECK(memcmp(c, want, sizeof(float) * (size_t)mn) == 0);
     /* shapes off the path's multiples never reach the engine: m = 40 */
     CHECK(moe_lt_pair(40, pc->n, pc->k, &a.m, &b.m, c, pc->n) == -1);
