@@ -17,16 +17,18 @@
 
 enum { T = 40, H = 16, F = 12, E = 8, K = 2 };
 
-static int mock_launches, mock_begun, mock_live;
+static int mock_launches, mock_begun, mock_live, mock_capturing;
 static int32_t mock_begin(const moe_exec *ex)
 {
     (void)ex;
     mock_begun++;
+    mock_capturing = 1;
     return MOE_OK;
 }
 static int32_t mock_end(const moe_exec *ex, void **graph)
 {
     (void)ex;
+    mock_capturing = 0;
     *graph = malloc(1);
     mock_live++;
     return *graph ? MOE_OK : MOE_ERR_OUT_OF_MEMORY;
@@ -148,6 +150,68 @@ START_TEST(static_steps_capture_then_replay)
 }
 END_TEST
 
+/* gemm_q as the CUDA backend answers for a block-scaled pair it has not verified yet (gemm_q_scaled.c):
+ * MOE_ERR_STATE while capturing, since verifying synchronises; verified by the first call outside a
+ * capture. */
+static int pair_verified, pair_refusals;
+static int32_t verifying_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
+                                const moe_qmat *b, double beta, void *c, int64_t ldc, void *work)
+{
+    if (mock_capturing && !pair_verified) {
+        pair_refusals++;
+        return MOE_ERR_STATE;
+    }
+    pair_verified = 1;
+    return moe_cpu_ops_f32.gemm_q(ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+}
+
+/* The capture that meets an unverified pair is abandoned and the call runs eagerly (which verifies);
+ * the next call captures; the results are the eager layer's. */
+START_TEST(unverified_gemm_pair_captures_after_an_eager_call)
+{
+    moe_layer_config c = static_config();
+    c.quant_recipe = MOE_QUANT_FP8_BLOCKWISE;
+    lu_layer ref, l;
+    lu_create(&ref, &c, 2);
+    make_layer(&l, c);
+    static moe_ops table;
+    table = moe_cpu_ops_f32;
+    table.gemm_q = verifying_gemm_q;
+    l.layer->ops = &table;
+    pair_verified = pair_refusals = 0;
+    io *b = calloc(1, sizeof *b), *br = calloc(1, sizeof *br);
+    io_init(b);
+    io_init(br);
+    moe_step *s = new_step(&l), *sr = new_step(&ref);
+    ck_assert_int_eq(moe_layer_forward(ref.layer, sr, &br->tx.t, &br->ty.t, NULL), MOE_OK);
+    /* call 1: the capture breaks on the quantised GEMMs' first scratch allocations; the eager rerun
+     * verifies the pair. A pair seen for the first time later is what call 2 models. */
+    ck_assert_int_eq(moe_layer_forward(l.layer, s, &b->tx.t, &b->ty.t, NULL), MOE_OK);
+    ck_assert_int_eq(l.ctx->graph_fallbacks, 1);
+    ck_assert_int_eq(pair_verified, 1);
+    ck_assert_int_eq(pair_refusals, 0);
+    pair_verified = 0;
+    /* call 2: the capture reaches gemm_q with the pair unverified: refused, abandoned, run eagerly */
+    memset(b->y, 0, sizeof b->y);
+    ck_assert_int_eq(moe_layer_forward(l.layer, s, &b->tx.t, &b->ty.t, NULL), MOE_OK);
+    ck_assert_int_eq(pair_refusals, 1);
+    ck_assert_int_eq(l.ctx->graph_fallbacks, 2);
+    ck_assert_int_eq(l.ctx->graph_captures, 0);
+    ck_assert_int_eq(pair_verified, 1);
+    ck_assert_mem_eq(b->y, br->y, sizeof b->y);
+    /* call 3: verified, so it captures */
+    ck_assert_int_eq(moe_layer_forward(l.layer, s, &b->tx.t, &b->ty.t, NULL), MOE_OK);
+    ck_assert_int_eq(l.ctx->graph_captures, 1);
+    ck_assert_int_eq(pair_refusals, 1);
+    moe_step_destroy(s);
+    moe_step_destroy(sr);
+    lu_destroy(&l);
+    lu_destroy(&ref);
+    free(b);
+    free(br);
+}
+END_TEST
+
 START_TEST(dropless_and_off_stay_eager)
 {
     for (int v = 0; v < 2; v++) {
@@ -195,6 +259,7 @@ int main(void)
     tcase_add_test(tc, static_steps_capture_then_replay);
     tcase_add_test(tc, dropless_and_off_stay_eager);
     tcase_add_test(tc, graphs_config_checked);
+    tcase_add_test(tc, unverified_gemm_pair_captures_after_an_eager_call);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
