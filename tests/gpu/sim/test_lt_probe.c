@@ -13,17 +13,9 @@
 #include "moe.h"
 #include "backend/gemm_q.h"
 #include "backend/quant_math.h"
+#include "checks.h"
 #include "sim_backend.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                                                                \
-    do {                                                                                                           \
-        if (cond) passed++;                                                                                        \
-        else {                                                                                                     \
-            failed++;                                                                                              \
-            printf("FAIL line %d: %s\n", __LINE__, #cond);                                                         \
-        }                                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------ the layouts, by hand */
 static void test_layout_positions(void)
@@ -147,25 +139,54 @@ static const pair_case cases[MOE_LT_PAIRS] = {
     {MOE_LT_PAIR_NV16, MOE_QFMT_E2M1, MOE_QSCALE_NV16, MOE_QFMT_E2M1, MOE_QSCALE_NV16, 16, 144, 96},
 };
 
-/* C on side s and on the CPU (the definition), beta = 0.5 over the same start; returns the relative
- * difference, or -1 when a call failed. */
-static double run_case(side *s, const pair_case *pc, double alpha, float *out_c)
-{
+/* One gemm_q problem of a pair_case: operands, C (starting at (i % 7) - 3), the CPU's answer (the
+ * definition) for alpha and beta, and scratch. */
+typedef struct fixture {
+    const pair_case *pc;
     operand a, b;
-    make_operand(&a, pc->fa, pc->sa, pc->m, pc->k, 11u + (unsigned)pc->pair);
-    make_operand(&b, pc->fb, pc->sb, pc->n, pc->k, 97u + (unsigned)pc->pair);
-    const int64_t mn = pc->m * pc->n;
-    float *c = aligned_alloc(256, sizeof(float) * (size_t)mn), *want = malloc(sizeof(float) * (size_t)mn);
-    float *work = aligned_alloc(256, sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
-    for (int64_t i = 0; i < mn; i++) c[i] = want[i] = (float)(i % 7) - 3.0f;
+    int64_t mn;
+    float *c, *want, *work;
+    double alpha, beta;
+} fixture;
+
+static void fixture_open(fixture *f, const pair_case *pc, unsigned seed, double alpha, double beta)
+{
+    f->pc = pc, f->alpha = alpha, f->beta = beta;
+    make_operand(&f->a, pc->fa, pc->sa, pc->m, pc->k, seed);
+    make_operand(&f->b, pc->fb, pc->sb, pc->n, pc->k, seed + 1000u);
+    f->mn = pc->m * pc->n;
+    f->c = aligned_alloc(256, sizeof(float) * (size_t)f->mn);
+    f->want = malloc(sizeof(float) * (size_t)f->mn);
+    f->work = aligned_alloc(256, sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
+    for (int64_t i = 0; i < f->mn; i++) f->c[i] = f->want[i] = (float)(i % 7) - 3.0f;
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
-    int32_t st = moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, alpha, &a.m, &b.m, 0.5, want, pc->n, work);
-    if (!st) st = s->t->gemm_q(&s->ex, pc->m, pc->n, pc->k, alpha, &a.m, &b.m, 0.5, c, pc->n, work);
-    const double r = st ? -1.0 : rel_diff(c, want, mn);
-    if (out_c) memcpy(out_c, c, sizeof(float) * (size_t)mn);
-    if (out_c) memcpy(out_c + mn, want, sizeof(float) * (size_t)mn);
-    free(c), free(want), free(work);
-    free_operand(&a), free_operand(&b);
+    CHECK(moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, alpha, &f->a.m, &f->b.m, beta, f->want, pc->n, f->work) ==
+          MOE_OK);
+}
+
+static void fixture_close(fixture *f)
+{
+    free(f->c), free(f->want), free(f->work);
+    free_operand(&f->a), free_operand(&f->b);
+}
+
+/* gemm_q of f on engine eng (the fixture's C). */
+static int32_t fixture_lt(fixture *f, const moe_lt_engine *eng, const side *s)
+{
+    const pair_case *pc = f->pc;
+    return moe_gemm_q_lt(eng, &s->ex, pc->m, pc->n, pc->k, f->alpha, &f->a.m, &f->b.m, f->beta, f->c, pc->n, f->work);
+}
+
+/* gemm_q of side s's table against the definition (beta 0.5): the relative difference, or -1 when the
+ * call failed; exact: 1 when the two are bitwise equal. */
+static double run_case(side *s, const pair_case *pc, double alpha, int *exact)
+{
+    fixture f;
+    fixture_open(&f, pc, 11u + (unsigned)pc->pair, alpha, 0.5);
+    const int32_t st = s->t->gemm_q(&s->ex, pc->m, pc->n, pc->k, alpha, &f.a.m, &f.b.m, 0.5, f.c, pc->n, f.work);
+    const double r = st ? -1.0 : rel_diff(f.c, f.want, f.mn);
+    if (exact) *exact = !st && memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0;
+    fixture_close(&f);
     return r;
 }
 
@@ -194,14 +215,12 @@ static void test_planted_refused(void)
     CHECK(be && side_open(&s, be));
     moe_sim_lt_probe_reset(be);
     for (int p = 0; p < MOE_LT_PAIRS; p++) {
-        const pair_case *pc = &cases[p];
-        float *cc = malloc(sizeof(float) * (size_t)(2 * pc->m * pc->n));
-        const double r = run_case(&s, pc, 1.0, cc);
+        int exact = 0;
+        const double r = run_case(&s, &cases[p], 1.0, &exact);
         const moe_lt_probe pr = moe_sim_lt_probe(be);
         printf("planted %-18s verdict %d probe rel %.2e\n", moe_lt_pair_name(p), pr.verdict[p], (double)pr.rel_err[p]);
         CHECK(pr.verdict[p] == -1 && pr.rel_err[p] > 0.1f);
-        CHECK(r == 0.0 && memcmp(cc, cc + pc->m * pc->n, sizeof(float) * (size_t)(pc->m * pc->n)) == 0);
-        free(cc);
+        CHECK(r == 0.0 && exact); /* the definition's answer, bit for bit */
     }
     CHECK(moe_sim_lt_probe(be).scaled_calls == 0 && moe_sim_lt_probe(be).exact_calls == MOE_LT_PAIRS);
     side_close(&s);
@@ -217,19 +236,11 @@ static void test_planted_unprobed_is_wrong(void)
     for (int p = 0; p < MOE_LT_PAIRS; p++) trusting.verdict[p] = 1;
     const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul_planted, .probe = &trusting,
                                .may_probe = 1};
-    const pair_case *pc = &cases[MOE_LT_PAIR_MX32];
-    operand a, b;
-    make_operand(&a, pc->fa, pc->sa, pc->m, pc->k, 5u);
-    make_operand(&b, pc->fb, pc->sb, pc->n, pc->k, 6u);
-    const int64_t mn = pc->m * pc->n;
-    float *c = aligned_alloc(256, sizeof(float) * (size_t)mn), *want = malloc(sizeof(float) * (size_t)mn);
-    float *work = aligned_alloc(256, sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
-    moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
-    CHECK(moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, want, pc->n, work) == MOE_OK);
-    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
-    CHECK(trusting.scaled_calls == 1 && rel_diff(c, want, mn) > 0.1);
-    free(c), free(want), free(work);
-    free_operand(&a), free_operand(&b);
+    fixture f;
+    fixture_open(&f, &cases[MOE_LT_PAIR_MX32], 5u, 1.0, 0.0);
+    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
+    CHECK(trusting.scaled_calls == 1 && rel_diff(f.c, f.want, f.mn) > 0.1);
+    fixture_close(&f);
     side_close(&s);
 }
 
@@ -247,36 +258,30 @@ static void test_no_probe_and_no_kernel(void)
 {
     side s;
     CHECK(side_open(&s, moe_sim_backend()));
-    const pair_case *pc = &cases[MOE_LT_PAIR_1X128_128X128];
-    operand a, b;
-    make_operand(&a, pc->fa, pc->sa, pc->m, pc->k, 7u);
-    make_operand(&b, pc->fb, pc->sb, pc->n, pc->k, 8u);
-    const int64_t mn = pc->m * pc->n;
-    float *c = aligned_alloc(256, sizeof(float) * (size_t)mn), *want = malloc(sizeof(float) * (size_t)mn);
-    float *work = aligned_alloc(256, sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
-    moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
-    CHECK(moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, want, pc->n, work) == MOE_OK);
+    fixture f;
+    fixture_open(&f, &cases[MOE_LT_PAIR_1X128_128X128], 7u, 1.0, 0.0);
+    const pair_case *pc = f.pc;
     moe_lt_probe pr;
     memset(&pr, 0, sizeof pr);
     moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul, .probe = &pr, .may_probe = 0};
-    for (int64_t i = 0; i < mn; i++) c[i] = 7.0f;
-    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_ERR_STATE);
-    CHECK(pr.verdict[pc->pair] == 0 && pr.exact_calls == 0 && pr.scaled_calls == 0 && c[0] == 7.0f && c[mn - 1] == 7.0f);
+    for (int64_t i = 0; i < f.mn; i++) f.c[i] = 7.0f;
+    CHECK(fixture_lt(&f, &eng, &s) == MOE_ERR_STATE);
+    CHECK(pr.verdict[pc->pair] == 0 && pr.exact_calls == 0 && pr.scaled_calls == 0 && f.c[0] == 7.0f &&
+          f.c[f.mn - 1] == 7.0f);
     eng.may_probe = 1;
     eng.matmul = no_kernel;
-    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
+    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
     CHECK(pr.verdict[pc->pair] == -1 && isinf(pr.rel_err[pc->pair]) && pr.exact_calls == 1);
     /* refused pairs need no probe: captures take the definition */
     eng.may_probe = 0;
-    CHECK(moe_gemm_q_lt(&eng, &s.ex, pc->m, pc->n, pc->k, 1.0, &a.m, &b.m, 0.0, c, pc->n, work) == MOE_OK);
+    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
     CHECK(pr.exact_calls == 2);
-    CHECK(memcmp(c, want, sizeof(float) * (size_t)mn) == 0);
-    /* shapes off the path's multiples never reach the engine: m = 40 */
-    CHECK(moe_lt_pair(40, pc->n, pc->k, &a.m, &b.m, c, pc->n) == -1);
-    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &a.m, &b.m, c, pc->n) == MOE_LT_PAIR_1X128_128X128);
-    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &a.m, &b.m, (char *)c + 4, pc->n) == -1); /* C not 16-byte aligned */
-    free(c), free(want), free(work);
-    free_operand(&a), free_operand(&b);
+    CHECK(memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
+    /* shapes off the path's multiples never reach the engine: m = 40; C not 16-byte aligned */
+    CHECK(moe_lt_pair(40, pc->n, pc->k, &f.a.m, &f.b.m, f.c, pc->n) == -1);
+    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f.a.m, &f.b.m, f.c, pc->n) == MOE_LT_PAIR_1X128_128X128);
+    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f.a.m, &f.b.m, (char *)f.c + 4, pc->n) == -1);
+    fixture_close(&f);
     side_close(&s);
 }
 

@@ -8,16 +8,8 @@
 
 #include "moe.h"
 #include "sim.h"
+#include "checks.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                                                                \
-    do {                                                                                                           \
-        if (cond) passed++;                                                                                        \
-        else {                                                                                                     \
-            failed++;                                                                                              \
-            std::printf("FAIL line %d: %s\n", __LINE__, #cond);                                                    \
-        }                                                                                                          \
-    } while (0)
 
 __global__ void reverse_shared(int *o)
 {
