@@ -80,6 +80,10 @@ static void side_close(side *s)
     s->be->device_close(s->state);
 }
 
+/* 256-byte aligned memory (the block-scaled path wants 16-byte aligned codes and C); C11's
+ * aligned_alloc wants the size a multiple of the alignment. */
+static void *alloc256(size_t bytes) { return aligned_alloc(256, (bytes + 255) / 256 * 256); }
+
 /* One operand [rows, k] quantised by the CPU backend (host memory: the sim reads it as device memory). */
 typedef struct operand {
     moe_qmat m;
@@ -95,7 +99,7 @@ static void make_operand(operand *o, int32_t fmt, int32_t scaling, int64_t rows,
     float *x = malloc(sizeof(float) * (size_t)(rows * k));
     srand(seed);
     for (int64_t i = 0; i < rows * k; i++) x[i] = ldexpf((float)rand() / RAND_MAX - 0.5f, rand() % 9 - 4);
-    o->q = aligned_alloc(256, (size_t)(qb + 255) / 256 * 256);
+    o->q = alloc256((size_t)qb);
     o->s = malloc((size_t)(ns * ss));
     int64_t ovf = 0;
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
@@ -155,9 +159,9 @@ static void fixture_open(fixture *f, const pair_case *pc, unsigned seed, double 
     make_operand(&f->a, pc->fa, pc->sa, pc->m, pc->k, seed);
     make_operand(&f->b, pc->fb, pc->sb, pc->n, pc->k, seed + 1000u);
     f->mn = pc->m * pc->n;
-    f->c = aligned_alloc(256, sizeof(float) * (size_t)f->mn);
+    f->c = alloc256(sizeof(float) * (size_t)f->mn);
     f->want = malloc(sizeof(float) * (size_t)f->mn);
-    f->work = aligned_alloc(256, sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
+    f->work = alloc256(sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
     for (int64_t i = 0; i < f->mn; i++) f->c[i] = f->want[i] = (float)(i % 7) - 3.0f;
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
     CHECK(moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, alpha, &f->a.m, &f->b.m, beta, f->want, pc->n, f->work) ==
