@@ -86,6 +86,12 @@ static int32_t run_scaled(const moe_lt_engine *eng, const moe_exec *ex, int64_t 
         st = t->axpby(ex, 1, alpha, a->tensor_scale, 0, ab);
         if (!st) st = t->scale_rows(ex, 1, 1, b->tensor_scale, ab, ab);
         if (!st) st = t->fill(ex, 1, beta, ab + 1);
+        /* a beta the matmul reads from the device cannot tell it to skip C: "beta = 0 ignores C"
+         * (ops.h) is kept by zeroing C first (it may hold NaN) */
+        const moe_backend *be = eng->backend;
+        if (!st && beta == 0.0 && ldc == n) st = be->memset(ex, c, 0, sizeof(float) * (size_t)(m * n));
+        for (int64_t r = 0; !st && beta == 0.0 && ldc != n && r < m; r++)
+            st = be->memset(ex, (float *)c + r * ldc, 0, sizeof(float) * (size_t)n);
         if (st) return st;
     }
     const moe_lt_operand la = {a->format, a->scaling, a->q, w}, lb = {b->format, b->scaling, b->q, w + b_at};

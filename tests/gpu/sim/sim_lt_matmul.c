@@ -43,9 +43,21 @@ static int32_t emulate(const moe_exec *ex, int64_t m, int64_t n, int64_t k, cons
         const int64_t rr = r < m ? r : r - m, rows = r < m ? m : n;
         for (int64_t cc = 0; cc < k; cc++) x[r * k + cc] = code_at(o, k, rr, cc) * scale_at(o, rows, k, rr, cc, planted);
     }
-    if (dev_ab) alpha = dev_ab[0], beta = dev_ab[1];
-    const int32_t st = moe_cpu_ops_f32.gemm(ex, 0, 1, m, n, k, alpha, x, MOE_DTYPE_FP32, k, x + m * k, MOE_DTYPE_FP32,
-                                            k, beta, c, ldc);
+    if (!dev_ab) {
+        const int32_t st = moe_cpu_ops_f32.gemm(ex, 0, 1, m, n, k, alpha, x, MOE_DTYPE_FP32, k, x + m * k,
+                                                MOE_DTYPE_FP32, k, beta, c, ldc);
+        free(x);
+        return st;
+    }
+    /* alpha and beta from the device: a beta of 0 cannot skip C there, so C is read (0 * NaN = NaN),
+     * which is what the caller must guard against */
+    float *ab = malloc(sizeof(float) * (size_t)(m * n));
+    int32_t st = ab ? moe_cpu_ops_f32.gemm(ex, 0, 1, m, n, k, dev_ab[0], x, MOE_DTYPE_FP32, k, x + m * k,
+                                           MOE_DTYPE_FP32, k, 0.0, ab, n)
+                    : moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "sim block-scaled matmul: no memory");
+    for (int64_t r = 0; !st && r < m; r++)
+        for (int64_t j = 0; j < n; j++) c[r * ldc + j] = ab[r * n + j] + dev_ab[1] * c[r * ldc + j];
+    free(ab);
     free(x);
     return st;
 }
