@@ -182,10 +182,13 @@ static int32_t probe(const moe_lt_engine *eng, const moe_exec *ex, int pair)
         m->q = (const uint8_t *)(d + side[i].q_at), m->scales = d + side[i].s_at;
         m->tensor_scale = (const float *)(d + side[i].ts_at);
     }
+    /* any failure of the path itself (no kernel: MOE_ERR_UNSUPPORTED; a library error) refuses the
+     * pair for good, rather than probing again at every call */
     int32_t mm = MOE_OK;
+    char why[256] = "";
     if (!st) {
         mm = run_scaled(eng, ex, P, P, K, 1.0, &qa, &qb, 0.0, d + c_at, P, d + work_at);
-        if (mm != MOE_OK && mm != MOE_ERR_UNSUPPORTED) st = mm;
+        if (mm != MOE_OK) moe_last_error(why, sizeof why);
     }
     if (!st && mm == MOE_OK) st = be->memcpy(ex, got, d + c_at, sizeof(float) * (size_t)(P * P), MOE_COPY_D2H);
     if (!st) st = be->stream_sync(ex);
@@ -198,7 +201,7 @@ static int32_t probe(const moe_lt_engine *eng, const moe_exec *ex, int pair)
         st = moe_cpu_ops_f32.gemm_q(&cpu, P, P, K, 1.0, &ha, &hb, 0.0, want, P, x + 2 * P * K);
     }
     if (!st) {
-        float worst = mm == MOE_ERR_UNSUPPORTED ? INFINITY : 0.0f;
+        float worst = mm != MOE_OK ? INFINITY : 0.0f;
         for (int64_t i = 0; mm == MOE_OK && i < P * P; i++) {
             const float rel = fabsf(got[i] - want[i]) / (want[i] > 0.0f ? want[i] : 1.0f);
             if (!(rel <= worst)) worst = rel; /* NaN sticks */
@@ -208,9 +211,13 @@ static int32_t probe(const moe_lt_engine *eng, const moe_exec *ex, int pair)
         const int ok = worst <= 1.0f / 64.0f;
         eng->probe->verdict[pair] = (int8_t)(ok ? 1 : -1);
         eng->probe->rel_err[pair] = worst;
-        moe_logf(NULL, ok ? MOE_LOG_INFO : MOE_LOG_WARN, "gemm_q: block-scaled %s matmul %s (largest relative "
-                 "difference from dequantize + fp32 GEMM %.3g)", moe_lt_pair_name(pair),
-                 ok ? "verified" : "refused: the exact path serves it", (double)worst);
+        if (mm != MOE_OK)
+            moe_logf(NULL, MOE_LOG_WARN, "gemm_q: block-scaled %s matmul refused, the exact path serves it: %s",
+                     moe_lt_pair_name(pair), why);
+        else
+            moe_logf(NULL, ok ? MOE_LOG_INFO : MOE_LOG_WARN, "gemm_q: block-scaled %s matmul %s (largest relative "
+                     "difference from dequantize + fp32 GEMM %.3g)", moe_lt_pair_name(pair),
+                     ok ? "verified" : "refused: the exact path serves it", (double)worst);
     }
     for (int i = 0; i < 2; i++) moe_host_free(side[i].q), moe_host_free(side[i].s);
     moe_host_free(x), moe_host_free(want), moe_host_free(got);

@@ -8,8 +8,8 @@
  * documentation no test here can run against the real library. So each operand pair is verified
  * once per engine state (per CUDA context) before it is used: the probe multiplies operands whose
  * every block has its own scale on both paths, the engine's and the definition's (dequantize, fp32
- * GEMM), and compares. A pair that differs, or that the engine has no kernel for, takes the
- * definition from then on. docs/cuda.md, "Block-scaled GEMMs".
+ * GEMM), and compares. A pair that differs, that the engine has no kernel for, or whose matmul
+ * fails, takes the definition from then on. docs/cuda.md, "Block-scaled GEMMs".
  */
 #ifndef MOE_BACKEND_GEMM_Q_SCALED_H
 #define MOE_BACKEND_GEMM_Q_SCALED_H

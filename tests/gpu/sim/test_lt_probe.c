@@ -2,7 +2,8 @@
  * gemm_q's block-scaled path (backend/gemm_q_scaled.h) in the simulator: the scale layouts at
  * hand-worked positions, the path taken and verified for every pair, the probe refusing a matmul
  * that reads the scales wrongly (the planted "ltlayout" backend) while gemm_q's results stay the
- * definition's, and the cases where it must not probe (graph capture) or the engine has no kernel.
+ * definition's, and the cases where it must not probe (graph capture), the engine has no kernel, or
+ * its matmul fails (refused once, for good).
  * Prints "N passed, M failed" last; exit status 1 on a failure.
  */
 #include <math.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "base/error.h"
 #include "backend/gemm_q.h"
 #include "backend/quant_math.h"
 #include "checks.h"
@@ -255,6 +257,34 @@ static int32_t no_kernel(const moe_exec *ex, int64_t m, int64_t n, int64_t k, co
     return MOE_ERR_UNSUPPORTED;
 }
 
+static int broken_calls;
+static int32_t broken_kernel(const moe_exec *ex, int64_t m, int64_t n, int64_t k, const moe_lt_operand *a,
+                             const moe_lt_operand *b, double alpha, double beta, const float *dev_ab, float *c,
+                             int64_t ldc)
+{
+    (void)ex, (void)m, (void)n, (void)k, (void)a, (void)b, (void)alpha, (void)beta, (void)dev_ab, (void)c, (void)ldc;
+    broken_calls++;
+    return moe_errorf(NULL, MOE_ERR_INTERNAL, "cublasLtMatmul: CUBLAS_STATUS_EXECUTION_FAILED (planted)");
+}
+
+/* A matmul that fails outright is refused once, for good: later calls neither probe nor reach it. */
+static void test_failing_kernel_refused_once(void)
+{
+    side s;
+    CHECK(side_open(&s, moe_sim_backend()));
+    fixture f;
+    fixture_open(&f, &cases[MOE_LT_PAIR_MX32], 9u, 1.0, 0.0);
+    moe_lt_probe pr;
+    memset(&pr, 0, sizeof pr);
+    const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = broken_kernel, .probe = &pr, .may_probe = 1};
+    broken_calls = 0;
+    for (int i = 0; i < 3; i++) CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
+    CHECK(broken_calls == 1 && pr.verdict[MOE_LT_PAIR_MX32] == -1 && isinf(pr.rel_err[MOE_LT_PAIR_MX32]));
+    CHECK(pr.exact_calls == 3 && memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
+    fixture_close(&f);
+    side_close(&s);
+}
+
 /* While capturing (may_probe 0) a new pair is refused (MOE_ERR_STATE, C untouched: the engine's capture
  * then runs the call eagerly); an engine without a kernel for a pair is refused with rel_err Inf and
  * the definition answers, bit for bit. */
@@ -296,6 +326,7 @@ int main(void)
     test_planted_refused();
     test_planted_unprobed_is_wrong();
     test_no_probe_and_no_kernel();
+    test_failing_kernel_refused_once();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
