@@ -13,6 +13,7 @@
 
 #include "moe.h"
 #include "base/error.h"
+#include "base/host_alloc.h"
 #include "backend/gemm_q.h"
 #include "backend/quant_math.h"
 #include "checks.h"
@@ -285,6 +286,29 @@ static void test_failing_kernel_refused_once(void)
     side_close(&s);
 }
 
+/* A probe that cannot get its memory leaves the pair unverified: that call takes the definition, the
+ * next one probes again. */
+static void test_probe_without_memory(void)
+{
+    side s;
+    CHECK(side_open(&s, moe_sim_backend()));
+    fixture f;
+    fixture_open(&f, &cases[MOE_LT_PAIR_NV16], 13u, 1.0, 0.0);
+    moe_lt_probe pr;
+    memset(&pr, 0, sizeof pr);
+    const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul, .probe = &pr,
+                               .may_probe = 1};
+    moe_fault_host_arm(1, 1); /* every host allocation fails from now */
+    const int32_t st = fixture_lt(&f, &eng, &s);
+    CHECK(moe_fault_host_fired());
+    moe_fault_host_arm(0, 0);
+    CHECK(st == MOE_OK && pr.verdict[MOE_LT_PAIR_NV16] == 0 && pr.exact_calls == 1);
+    CHECK(memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
+    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK && pr.verdict[MOE_LT_PAIR_NV16] == 1 && pr.scaled_calls == 1);
+    fixture_close(&f);
+    side_close(&s);
+}
+
 /* While capturing (may_probe 0) a new pair is refused (MOE_ERR_STATE, C untouched: the engine's capture
  * then runs the call eagerly); an engine without a kernel for a pair is refused with rel_err Inf and
  * the definition answers, bit for bit. */
@@ -327,6 +351,7 @@ int main(void)
     test_planted_unprobed_is_wrong();
     test_no_probe_and_no_kernel();
     test_failing_kernel_refused_once();
+    test_probe_without_memory();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
