@@ -184,6 +184,31 @@ static int32_t fixture_lt(fixture *f, const moe_lt_engine *eng, const side *s)
     return moe_gemm_q_lt(eng, &s->ex, pc->m, pc->n, pc->k, f->alpha, &f->a.m, &f->b.m, f->beta, f->c, pc->n, f->work);
 }
 
+/* A fixture on the sim side with a fresh probe state and an engine over it. */
+typedef struct rig {
+    side s;
+    fixture f;
+    moe_lt_probe pr;
+    moe_lt_engine eng;
+} rig;
+
+static void rig_open(rig *r, int pair, unsigned seed, moe_lt_matmul_fn mm, int may_probe)
+{
+    CHECK(side_open(&r->s, moe_sim_backend()));
+    fixture_open(&r->f, &cases[pair], seed, 1.0, 0.0);
+    memset(&r->pr, 0, sizeof r->pr);
+    r->eng = (moe_lt_engine){.backend = r->s.be, .ops = r->s.t, .matmul = mm, .probe = &r->pr, .may_probe = may_probe};
+}
+
+static int32_t rig_call(rig *r) { return fixture_lt(&r->f, &r->eng, &r->s); }
+static int rig_exact(const rig *r) { return memcmp(r->f.c, r->f.want, sizeof(float) * (size_t)r->f.mn) == 0; }
+
+static void rig_close(rig *r)
+{
+    fixture_close(&r->f);
+    side_close(&r->s);
+}
+
 /* gemm_q of side s's table against the definition (beta 0.5): the relative difference, or -1 when the
  * call failed; exact: 1 when the two are bitwise equal. */
 static double run_case(side *s, const pair_case *pc, double alpha, int *exact)
@@ -236,19 +261,12 @@ static void test_planted_refused(void)
 /* Without the probe the planted matmul's answers are wrong: it is the probe that keeps them out. */
 static void test_planted_unprobed_is_wrong(void)
 {
-    side s;
-    CHECK(side_open(&s, moe_sim_backend()));
-    moe_lt_probe trusting;
-    memset(&trusting, 0, sizeof trusting);
-    for (int p = 0; p < MOE_LT_PAIRS; p++) trusting.verdict[p] = 1;
-    const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul_planted, .probe = &trusting,
-                               .may_probe = 1};
-    fixture f;
-    fixture_open(&f, &cases[MOE_LT_PAIR_MX32], 5u, 1.0, 0.0);
-    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
-    CHECK(trusting.scaled_calls == 1 && rel_diff(f.c, f.want, f.mn) > 0.1);
-    fixture_close(&f);
-    side_close(&s);
+    rig r;
+    rig_open(&r, MOE_LT_PAIR_MX32, 5u, moe_sim_lt_matmul_planted, 1);
+    for (int p = 0; p < MOE_LT_PAIRS; p++) r.pr.verdict[p] = 1; /* trusted without a probe */
+    CHECK(rig_call(&r) == MOE_OK);
+    CHECK(r.pr.scaled_calls == 1 && rel_diff(r.f.c, r.f.want, r.f.mn) > 0.1);
+    rig_close(&r);
 }
 
 static int32_t no_kernel(const moe_exec *ex, int64_t m, int64_t n, int64_t k, const moe_lt_operand *a,
@@ -271,42 +289,28 @@ static int32_t broken_kernel(const moe_exec *ex, int64_t m, int64_t n, int64_t k
 /* A matmul that fails outright is refused once, for good: later calls neither probe nor reach it. */
 static void test_failing_kernel_refused_once(void)
 {
-    side s;
-    CHECK(side_open(&s, moe_sim_backend()));
-    fixture f;
-    fixture_open(&f, &cases[MOE_LT_PAIR_MX32], 9u, 1.0, 0.0);
-    moe_lt_probe pr;
-    memset(&pr, 0, sizeof pr);
-    const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = broken_kernel, .probe = &pr, .may_probe = 1};
+    rig r;
+    rig_open(&r, MOE_LT_PAIR_MX32, 9u, broken_kernel, 1);
     broken_calls = 0;
-    for (int i = 0; i < 3; i++) CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
-    CHECK(broken_calls == 1 && pr.verdict[MOE_LT_PAIR_MX32] == -1 && isinf(pr.rel_err[MOE_LT_PAIR_MX32]));
-    CHECK(pr.exact_calls == 3 && memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
-    fixture_close(&f);
-    side_close(&s);
+    for (int i = 0; i < 3; i++) CHECK(rig_call(&r) == MOE_OK);
+    CHECK(broken_calls == 1 && r.pr.verdict[MOE_LT_PAIR_MX32] == -1 && isinf(r.pr.rel_err[MOE_LT_PAIR_MX32]));
+    CHECK(r.pr.exact_calls == 3 && rig_exact(&r));
+    rig_close(&r);
 }
 
 /* A probe that cannot get its memory leaves the pair unverified: that call takes the definition, the
  * next one probes again. */
 static void test_probe_without_memory(void)
 {
-    side s;
-    CHECK(side_open(&s, moe_sim_backend()));
-    fixture f;
-    fixture_open(&f, &cases[MOE_LT_PAIR_NV16], 13u, 1.0, 0.0);
-    moe_lt_probe pr;
-    memset(&pr, 0, sizeof pr);
-    const moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul, .probe = &pr,
-                               .may_probe = 1};
+    rig r;
+    rig_open(&r, MOE_LT_PAIR_NV16, 13u, moe_sim_lt_matmul, 1);
     moe_fault_host_arm(1, 1); /* every host allocation fails from now */
-    const int32_t st = fixture_lt(&f, &eng, &s);
+    const int32_t st = rig_call(&r);
     CHECK(moe_fault_host_fired());
     moe_fault_host_arm(0, 0);
-    CHECK(st == MOE_OK && pr.verdict[MOE_LT_PAIR_NV16] == 0 && pr.exact_calls == 1);
-    CHECK(memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
-    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK && pr.verdict[MOE_LT_PAIR_NV16] == 1 && pr.scaled_calls == 1);
-    fixture_close(&f);
-    side_close(&s);
+    CHECK(st == MOE_OK && r.pr.verdict[MOE_LT_PAIR_NV16] == 0 && r.pr.exact_calls == 1 && rig_exact(&r));
+    CHECK(rig_call(&r) == MOE_OK && r.pr.verdict[MOE_LT_PAIR_NV16] == 1 && r.pr.scaled_calls == 1);
+    rig_close(&r);
 }
 
 /* While capturing (may_probe 0) a new pair is refused (MOE_ERR_STATE, C untouched: the engine's capture
@@ -314,33 +318,27 @@ static void test_probe_without_memory(void)
  * the definition answers, bit for bit. */
 static void test_no_probe_and_no_kernel(void)
 {
-    side s;
-    CHECK(side_open(&s, moe_sim_backend()));
-    fixture f;
-    fixture_open(&f, &cases[MOE_LT_PAIR_1X128_128X128], 7u, 1.0, 0.0);
-    const pair_case *pc = f.pc;
-    moe_lt_probe pr;
-    memset(&pr, 0, sizeof pr);
-    moe_lt_engine eng = {.backend = s.be, .ops = s.t, .matmul = moe_sim_lt_matmul, .probe = &pr, .may_probe = 0};
-    for (int64_t i = 0; i < f.mn; i++) f.c[i] = 7.0f;
-    CHECK(fixture_lt(&f, &eng, &s) == MOE_ERR_STATE);
-    CHECK(pr.verdict[pc->pair] == 0 && pr.exact_calls == 0 && pr.scaled_calls == 0 && f.c[0] == 7.0f &&
-          f.c[f.mn - 1] == 7.0f);
-    eng.may_probe = 1;
-    eng.matmul = no_kernel;
-    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
-    CHECK(pr.verdict[pc->pair] == -1 && isinf(pr.rel_err[pc->pair]) && pr.exact_calls == 1);
+    rig r;
+    rig_open(&r, MOE_LT_PAIR_1X128_128X128, 7u, moe_sim_lt_matmul, 0);
+    const pair_case *pc = r.f.pc;
+    fixture *f = &r.f;
+    for (int64_t i = 0; i < f->mn; i++) f->c[i] = 7.0f;
+    CHECK(rig_call(&r) == MOE_ERR_STATE);
+    CHECK(r.pr.verdict[pc->pair] == 0 && r.pr.exact_calls == 0 && r.pr.scaled_calls == 0 && f->c[0] == 7.0f &&
+          f->c[f->mn - 1] == 7.0f);
+    r.eng.may_probe = 1;
+    r.eng.matmul = no_kernel;
+    CHECK(rig_call(&r) == MOE_OK);
+    CHECK(r.pr.verdict[pc->pair] == -1 && isinf(r.pr.rel_err[pc->pair]) && r.pr.exact_calls == 1);
     /* refused pairs need no probe: captures take the definition */
-    eng.may_probe = 0;
-    CHECK(fixture_lt(&f, &eng, &s) == MOE_OK);
-    CHECK(pr.exact_calls == 2);
-    CHECK(memcmp(f.c, f.want, sizeof(float) * (size_t)f.mn) == 0);
+    r.eng.may_probe = 0;
+    CHECK(rig_call(&r) == MOE_OK);
+    CHECK(r.pr.exact_calls == 2 && rig_exact(&r));
     /* shapes off the path's multiples never reach the engine: m = 40; C not 16-byte aligned */
-    CHECK(moe_lt_pair(40, pc->n, pc->k, &f.a.m, &f.b.m, f.c, pc->n) == -1);
-    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f.a.m, &f.b.m, f.c, pc->n) == MOE_LT_PAIR_1X128_128X128);
-    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f.a.m, &f.b.m, (char *)f.c + 4, pc->n) == -1);
-    fixture_close(&f);
-    side_close(&s);
+    CHECK(moe_lt_pair(40, pc->n, pc->k, &f->a.m, &f->b.m, f->c, pc->n) == -1);
+    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f->a.m, &f->b.m, f->c, pc->n) == MOE_LT_PAIR_1X128_128X128);
+    CHECK(moe_lt_pair(pc->m, pc->n, pc->k, &f->a.m, &f->b.m, (char *)f->c + 4, pc->n) == -1);
+    rig_close(&r);
 }
 
 int main(void)
