@@ -437,28 +437,7 @@ int32_t moe_cuda_gemm_grouped_reduce(const moe_exec *ex, int64_t groups, const i
     return st;
 }
 
-/* Row-major C[m,n] = alpha * sa * sb * A B^T + beta * C with A [m,k] and B [n,k] FP8 codes (ld k) and
- * sa, sb their device decode scales: after the row/column-major swap cuBLASLt multiplies B^T(T) by
- * A^T(N), the "TN" layout its FP8 kernels require. The caller (gemm_q.c) guarantees cuBLASLt's other
- * FP8 requirements (sizes, alignment, not E5M2 x E5M2); MOE_ERR_UNSUPPORTED when cuBLASLt has no
- * algorithm all the same. */
-int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const uint8_t *a,
-                             int32_t a_format, const float *a_scale, const uint8_t *b, int32_t b_format,
-                             const float *b_scale, double beta, float *c, int64_t ldc)
-{
-    lt_call call = {
-        .ta = CUBLAS_OP_T, .tb = CUBLAS_OP_N,
-        .m = n, .n = m, .k = k,
-        .type_a = b_format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
-        .type_b = a_format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3,
-        .a = b, .b = a, .lda = k, .ldb = k, .ldc = ldc, .c = c,
-        .batch = 1, .alpha = (float)alpha, .beta = (float)beta, .vary = LT_VARY_NONE,
-        .scale_a = b_scale, .scale_b = a_scale,
-    };
-    return lt_run(ex, &call);
-}
-
-/* cuBLASLt's type and scale mode of a quantised operand. */
+/* cuBLASLt's type and scale mode of a quantised operand (per tensor: one scalar scale). */
 static cudaDataType_t q_type(int32_t format)
 {
     return format == MOE_QFMT_E5M2 ? CUDA_R_8F_E5M2 : format == MOE_QFMT_E2M1 ? CUDA_R_4F_E2M1 : CUDA_R_8F_E4M3;
@@ -467,6 +446,7 @@ static cudaDataType_t q_type(int32_t format)
 static int32_t q_scale_mode(int32_t scaling)
 {
     switch (scaling) {
+    case MOE_QSCALE_TENSOR: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     case MOE_QSCALE_BLOCK_1X128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     case MOE_QSCALE_BLOCK_128X128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     case MOE_QSCALE_MX32: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
@@ -477,6 +457,7 @@ static int32_t q_scale_mode(int32_t scaling)
 /* The block-scaled matmul of gemm_q_scaled.h: row-major C[m,n] = alpha A B^T + beta C with A [m,k] and
  * B [n,k] k-major and their block scales in cuBLASLt's layouts. After the row/column-major swap
  * cuBLASLt multiplies B^T(T) by A^T(N), the "TN" layout, and its A is our B: B's scales go in as A's.
+ * Per-tensor operands (MOE_QSCALE_TENSOR) take the scalar mode: cuBLASLt's plain FP8 matmul.
  * alpha and beta come from the device for NVFP4 (dev_alpha_beta). MOE_ERR_UNSUPPORTED when the
  * heuristic has no algorithm (the GPU or the library version has no such kernel), nothing queued. */
 int32_t moe_cuda_gemm_scaled_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, const moe_lt_operand *a,
@@ -494,4 +475,17 @@ int32_t moe_cuda_gemm_scaled_tn(const moe_exec *ex, int64_t m, int64_t n, int64_
         .dev_alpha_beta = dev_alpha_beta,
     };
     return lt_run(ex, &call);
+}
+
+/* Row-major C[m,n] = alpha * sa * sb * A B^T + beta * C with A [m,k] and B [n,k] FP8 codes (ld k) and
+ * sa, sb their device decode scales: after the row/column-major swap cuBLASLt multiplies B^T(T) by
+ * A^T(N), the "TN" layout its FP8 kernels require. The caller (gemm_q.c) guarantees cuBLASLt's other
+ * FP8 requirements (sizes, alignment, not E5M2 x E5M2); MOE_ERR_UNSUPPORTED when cuBLASLt has no
+ * algorithm all the same. */
+int32_t moe_cuda_gemm_fp8_tn(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const uint8_t *a,
+                             int32_t a_format, const float *a_scale, const uint8_t *b, int32_t b_format,
+                             const float *b_scale, double beta, float *c, int64_t ldc)
+{
+    const moe_lt_operand qa = {a_format, MOE_QSCALE_TENSOR, a, a_scale}, qb = {b_format, MOE_QSCALE_TENSOR, b, b_scale};
+    return moe_cuda_gemm_scaled_tn(ex, m, n, k, &qa, &qb, alpha, beta, NULL, c, ldc);
 }
