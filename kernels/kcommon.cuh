@@ -23,7 +23,21 @@ extern "C" {
 #include "base/error.h"
 }
 
-#ifdef MOE_SIM
+#if defined(MOE_SIM) && defined(MOE_DEVSIM)
+/* the device simulator (tests/gpu/devsim/): the launch is queued on the stream, checked at once,
+ * and run later by the stream's worker in the kernel simulator, exactly as the CUDA build's launch
+ * is queued and its status read with cudaGetLastError */
+#include <cuda_runtime_api.h>
+#include "sim.h"
+#define MOE_KNS moe_kdevsim
+namespace moe_sim {
+void launch_async(const char *name, dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> fn);
+}
+#define MOE_LAUNCH(kernel, grid, block, stream, ...)                                                     \
+    (moe_sim::launch_async(#kernel, dim3(grid), dim3(block), (cudaStream_t)(stream),                     \
+                           [=]() { kernel(__VA_ARGS__); }),                                              \
+     MOE_KNS::launched(#kernel))
+#elif defined(MOE_SIM)
 #include "sim.h"
 #define MOE_KNS moe_ksim
 /* status of running kernel<<<grid, block, 0, stream>>>(args...) in the simulator */
@@ -39,7 +53,7 @@ extern "C" {
 
 namespace MOE_KNS {
 
-#ifndef MOE_SIM
+#if !defined(MOE_SIM) || defined(MOE_DEVSIM)
 /* The launch status: cudaGetLastError after the launch (a bad configuration, no kernel image for
  * this GPU, or an earlier asynchronous fault). */
 static inline int32_t launched(const char *kernel)

@@ -7,7 +7,9 @@
  */
 #include "kcommon.cuh"
 
-#ifdef MOE_SIM
+#if defined(MOE_SIM) && defined(MOE_DEVSIM)
+#define MOE_KERNEL_TABLE moe_cuda_kernel_table /* the CUDA backend's table, in the device simulator */
+#elif defined(MOE_SIM)
 #define MOE_KERNEL_TABLE moe_sim_kernel_table
 #else
 #define MOE_KERNEL_TABLE moe_cuda_kernel_table

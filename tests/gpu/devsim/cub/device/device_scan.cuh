@@ -1,0 +1,2 @@
+/* The device simulator's CUB stand-in (../devsim_cub.h). */
+#include "../devsim_cub.h"
