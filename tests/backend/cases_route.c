@@ -6,7 +6,8 @@
  * agree), large (in [-40, 40]: saturated sigmoid scores and softmaxes, large logsumexp), saturated
  * (all in [8, 30]: every sigmoid within rounding of 1), and random with about one NaN in six (NaN
  * ranks below every number; the real outputs the NaNs reach must be NaN on both sides).
- * Selections given to the backward ops are route_fwd-like (K distinct experts per token); gradients
+ * Selections given to the backward ops are K distinct experts per token, drawn at random or (the
+ * "top-k" cases) route_fwd's own selections of the same logits; gradients
  * accumulate into random dlogits, or into zeros for the large-logit cases that say so ("dl=0": the
  * gradients there are as small as 1e-13, and only a zero start compares them at their own scale).
  */
@@ -88,22 +89,46 @@ static void route_fwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32
     if (kind == L_NAN) hx_buf_nan_ok(c, RT_PROBS);
 }
 
-/* zero_dl: dlogits starts at 0 instead of random values */
-static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
-                           double gamma, int kind, int zero_dl)
+/* idx [T,K] = route_fwd's selections of the case's logits (slot RB_LOGITS, as stored), no bias: the
+ * CPU backend's route_fwd on host memory (its only use of the exec is the thread count). */
+static void topk_of_logits(const hx_case *c, const route_args *a, int32_t *idx)
 {
-    hx_case *c = hx_case_new(s, "route_bwd", dt, call_route_bwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s%s",
-                             sf_name(sf), E, K, G, M, (long long)T, gamma, kind_name(kind), zero_dl ? " dl=0" : "");
-    route_common(c, sf, E, K, G, M, T, gamma);
+    const moe_ops *cpu = c->dtype == MOE_DTYPE_FP64 ? &moe_cpu_ops_f64 : &moe_cpu_ops_f32;
+    const moe_exec ex = {.be = &moe_backend_cpu, .num_threads = 1};
+    void *probs = malloc(8 * (size_t)(a->T * a->rp.top_k) + 8);
+    if (!probs) hx_die("out of memory");
+    const int32_t st = cpu->route_fwd(&ex, &a->rp, a->T, c->buf[RB_LOGITS].init, NULL, idx, probs);
+    free(probs);
+    if (st != MOE_OK) hx_die("route_bwd %s: route_fwd of its logits: %s", c->shape, moe_status_name(st));
+}
+
+/* zero_dl: dlogits starts at 0 instead of random values; topk: the selections are route_fwd's of the
+ * same logits (so the row's arg-max is always selected: pre_softmax's "maximum selected" form, at any
+ * E), else K distinct experts drawn at random */
+static void route_bwd_case_sel(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M,
+                               int64_t T, double gamma, int kind, int zero_dl, int topk)
+{
+    hx_case *c = hx_case_new(s, "route_bwd", dt, call_route_bwd, "%s E=%d K=%d G=%d M=%d T=%lld g=%g%s%s%s",
+                             sf_name(sf), E, K, G, M, (long long)T, gamma, kind_name(kind), zero_dl ? " dl=0" : "",
+                             topk ? " top-k" : "");
+    route_args *a = route_common(c, sf, E, K, G, M, T, gamma);
     logits(c, RB_LOGITS, (size_t)(T * E), kind);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(T * K + 1));
     if (!idx) hx_die("out of memory");
-    hx_routing(&c->rng, E, K, T, -1, idx);
+    if (topk) topk_of_logits(c, a, idx);
+    else hx_routing(&c->rng, E, K, T, -1, idx);
     hx_buf_set(c, RB_IDX, "idx", HX_I32, HX_IN, (size_t)(T * K), idx);
     free(idx);
     hx_real_rand(c, RB_DPROBS, "dprobs", HX_IN, (size_t)(T * K), -1, 1);
     if (zero_dl) hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), 0, 0); /* += */
     else hx_real_rand(c, RB_DLOGITS, "dlogits", HX_OUT, (size_t)(T * E), -1, 1);       /* += */
+    if (kind == L_NAN) hx_buf_nan_ok(c, RB_DLOGITS);
+}
+
+static void route_bwd_case(hx_suite *s, int32_t dt, int32_t sf, int32_t E, int32_t K, int32_t G, int32_t M, int64_t T,
+                           double gamma, int kind, int zero_dl)
+{
+    route_bwd_case_sel(s, dt, sf, E, K, G, M, T, gamma, kind, zero_dl, 0);
 }
 
 /* ------------------------------------------------------------------------- aux statistics */
@@ -454,4 +479,26 @@ void hx_cases_route(hx_suite *s, int32_t dt)
 
     /* the light stand-in of the heavy aux_stats E=300 T=600 case: a row of 257..512 experts */
     aux_stats_case(s, dt, SIG, 300, 8, 20, 10, L_RANDOM);
+
+    /* route_bwd on route_fwd's own selections (appended: the seeds above stay). Random selections
+     * almost never hold a wide row's arg-max, so the forms that depend on it being selected
+     * (pre_softmax's s_r (dp_r (1 - s_r) - ...), the stable softmax / sigmoid forms around the largest
+     * selected score) ran only at small E: every score function at E = 64, 128, 256 with K up to 8,
+     * with ties, large logits, NaN and groups. */
+    static const int32_t wide_e[3] = {64, 128, 256}, wide_k[3] = {8, 2, 8};
+    for (int32_t sf = SM; sf <= SSP; sf++)
+        for (int w = 0; w < 3; w++) {
+            const int32_t k = sf == SM && wide_k[w] < 2 ? 2 : wide_k[w];
+            route_bwd_case_sel(s, dt, sf, wide_e[w], k, 0, 0, 33, w == 1 ? 1.5 : 1.0, w == 2 ? L_LARGE : L_RANDOM,
+                               w == 2, 1);
+        }
+    route_bwd_case_sel(s, dt, PRE, 64, 1, 0, 0, 33, 1.0, L_RANDOM, 0, 1);
+    route_bwd_case_sel(s, dt, SIG, 128, 1, 0, 0, 33, 1.0, L_RANDOM, 0, 1);
+    route_bwd_case_sel(s, dt, PRE, 256, 8, 8, 4, 17, 2.5, L_RANDOM, 0, 1);
+    route_bwd_case_sel(s, dt, SIG, 256, 8, 8, 4, 17, 2.5, L_RANDOM, 0, 1); /* DeepSeek-V3 */
+    route_bwd_case_sel(s, dt, PRE, 128, 4, 0, 0, 33, 1.0, L_TIES, 0, 1);
+    route_bwd_case_sel(s, dt, SM, 128, 4, 0, 0, 33, 1.0, L_NAN, 0, 1);
+    route_bwd_case_sel(s, dt, PRE, 256, 6, 0, 0, 33, 1.0, L_NAN, 0, 1);
+    route_bwd_case_sel(s, dt, SSP, 64, 4, 0, 0, 33, 1.0, L_TIES, 0, 1);
+    route_bwd_case_sel(s, dt, PRE, 16, 4, 0, 0, 33, 1.0, L_RANDOM, 0, 1);
 }
