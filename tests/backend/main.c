@@ -170,7 +170,25 @@ int main(int argc, char **argv)
         }
         hx_result r;
         const double tc = now_s();
+#ifdef MOE_HAVE_SIM
+        /* the simulator's thread orders follow the case, not the cases that ran before it */
+        moe_sim_set_order_seed(c->rng.s, 0);
+#endif
         hx_run_case(&a, &b, c, &r);
+#ifdef MOE_HAVE_SIM
+        /* a single-block launch runs its threads in one order per run: run such a case again with
+         * every block's order inverted (each run uploads the inputs afresh), so a missing
+         * __syncthreads of a single-block kernel shows whichever order it needs (sim.h) */
+        if (!r.skipped && r.fail == HX_OK && moe_sim_single_block_launches() > 0) {
+            moe_sim_set_order_seed(c->rng.s, 1);
+            hx_run_case(&a, &b, c, &r);
+            if (r.fail != HX_OK) {
+                char m[sizeof r.msg];
+                snprintf(m, sizeof m, "orders inverted: %.200s", r.msg);
+                memcpy(r.msg, m, sizeof m);
+            }
+        }
+#endif
         const double dt = now_s() - tc;
         const int oi = hx_op_index(c->op);
         if (r.skipped) {

@@ -8,8 +8,18 @@
  * as on a GPU and no more:
  *  - __shared__ variables are shared by the threads of a block (they are function statics: blocks
  *    never run at the same time);
- *  - between two barriers threads run in an unspecified order: the runtime alternates forward and
- *    reverse thread order from block to block, so a missing __syncthreads shows up as a wrong result;
+ *  - between two barriers threads run in an unspecified order: forward or reverse thread order,
+ *    alternating from block to block within a launch, and the order of block 0 drawn per launch from
+ *    a hash of (order seed, launches since the seed was set), or its opposite when the seed was set
+ *    inverted (set_order_seed). So a missing __syncthreads shows up as a wrong result in multi-block
+ *    launches (one of two neighbouring blocks runs each way) and in single-block ones: the harness
+ *    (tests/backend/main.c) sets the seed from each case's seed before it runs the case, so a case's
+ *    orders do not depend on which cases ran before it (--op), and runs every case that made a
+ *    single-block launch (single_block_launches) a second time with the seed inverted, so each of
+ *    those launches runs both forward and reversed;
+ *  - block sampling (set_block_sample, for launches over more than 2^31 elements that could not run
+ *    whole): only the first, the last and a few seeded blocks of each launch run, the others are
+ *    skipped as if their threads had exited at once (what they would have written stays unwritten);
  *  - a __syncthreads some live threads never reach, or a warp collective whose mask names a thread
  *    that has exited, makes the launch fail (MOE_ERR_INTERNAL) instead of hanging;
  *  - atomics are plain read-modify-writes (only one fiber runs at a time);
@@ -53,6 +63,17 @@ extern dim3 block_dim, grid_dim;
 /* Runs fn once per thread of grid x block. Returns MOE_OK or an error status (bad launch shape,
  * barrier divergence); the message goes to moe_last_error. */
 int32_t launch(const char *name, dim3 grid, dim3 block, const std::function<void()> &fn);
+
+/* The thread order: block 0 of the n-th launch after this call runs reversed when bit 0 of a hash of
+ * (seed, n) is set (is clear, with invert); the other blocks alternate from there. Deterministic for
+ * a given seed. */
+void set_order_seed(uint64_t seed, bool invert = false);
+/* Launches of a single block since the seed was last set. */
+uint64_t single_block_launches();
+/* Block sampling: extra >= 0 runs, of every launch with more than extra + 2 blocks, only block 0, the
+ * last block and `extra` blocks drawn from a hash of (seed, launch, i); extra < 0 (the default) runs
+ * every block. */
+void set_block_sample(int extra, uint64_t seed);
 
 /* Barriers: the whole block, or the threads of the caller's warp named in mask. */
 void sync_block();

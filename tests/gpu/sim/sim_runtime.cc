@@ -2,8 +2,10 @@
  * The simulator's runtime: launches, fibers, barriers and warp collectives (see sim.h for the model).
  *
  * A block's threads are fibers (ucontext). The scheduler runs every runnable fiber once per pass,
- * in forward order on even blocks and reverse order on odd ones; a fiber runs until it exits or
- * reaches a barrier. After a pass, a block barrier that every live thread has reached is released,
+ * forward or reverse: block b of a launch runs in order (b & 1) ^ flip, flip a bit of a hash of
+ * (order seed, launches since the seed was set), inverted on request, so the blocks of one launch
+ * alternate and a single-block launch is reversed in about half of the launches, and in the other
+ * half under the inverted seed (set_order_seed); a fiber runs until it exits or reaches a barrier. After a pass, a block barrier that every live thread has reached is released,
  * then each warp barrier whose named threads have all arrived; when nothing can be released the
  * block is stuck (a barrier some threads never reach) and the launch fails. Stacks are mmap'ed once
  * and reused; under AddressSanitizer every switch is announced (__sanitizer_*_switch_fiber).
@@ -11,6 +13,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -32,6 +35,20 @@ uint3 block_idx;
 dim3 block_dim, grid_dim;
 
 namespace {
+
+/* splitmix64's finaliser */
+uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t order_seed = 0, launches = 0, single_launches = 0; /* thread order: set_order_seed */
+bool order_invert = false;
+int sample_blocks = -1;                /* block sampling: set_block_sample (< 0: off) */
+uint64_t sample_seed = 0;
 
 enum { F_RUN, F_AT_BLOCK, F_AT_WARP, F_DONE };
 constexpr size_t STACK_BYTES = 256 * 1024;
@@ -251,6 +268,21 @@ unsigned warp_ballot(unsigned mask, int pred)
     return bits;
 }
 
+void set_order_seed(uint64_t seed, bool invert)
+{
+    order_seed = seed;
+    order_invert = invert;
+    launches = single_launches = 0;
+}
+
+uint64_t single_block_launches() { return single_launches; }
+
+void set_block_sample(int extra, uint64_t seed)
+{
+    sample_blocks = extra;
+    sample_seed = seed;
+}
+
 int32_t launch(const char *name, dim3 grid, dim3 block, const std::function<void()> &fn)
 {
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
@@ -266,20 +298,42 @@ int32_t launch(const char *name, dim3 grid, dim3 block, const std::function<void
     rt.error = false;
     grid_dim = grid;
     block_dim = block;
-    uint64_t b = 0;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++, b++) {
-                block_idx = make_uint3(x, y, z);
-                if (!run_block((int)threads, b & 1) || rt.error) {
-                    cur = nullptr;
-                    rt.running = nullptr;
-                    return moe_errorf(NULL, MOE_ERR_INTERNAL, "kernel %s, block (%u,%u,%u): %s", name, x, y, z,
-                                      rt.what);
-                }
-            }
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    const uint64_t flip = (mix(order_seed ^ mix(launches++)) & 1u) ^ (order_invert ? 1u : 0u);
+    single_launches += nblocks == 1;
+    /* the blocks that run: all, or (sampling) the first, the last and `sample_blocks` seeded ones in
+     * increasing order (a seeded pick equal to another is skipped) */
+    std::vector<uint64_t> run;
+    const bool sampled = sample_blocks >= 0 && nblocks > (uint64_t)sample_blocks + 2;
+    if (sampled) {
+        run.push_back(0);
+        for (int i = 0; i < sample_blocks; i++) run.push_back(mix(sample_seed ^ mix(launches * 1000003u + (uint64_t)i)) % nblocks);
+        run.push_back(nblocks - 1);
+        std::sort(run.begin(), run.end());
+        run.erase(std::unique(run.begin(), run.end()), run.end());
+    }
+    const uint64_t count = sampled ? run.size() : nblocks;
+    for (uint64_t j = 0; j < count; j++) {
+        const uint64_t b = sampled ? run[j] : j;
+        const unsigned x = (unsigned)(b % grid.x), y = (unsigned)(b / grid.x % grid.y),
+                       z = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+        block_idx = make_uint3(x, y, z);
+        if (!run_block((int)threads, ((b & 1) ^ flip) != 0) || rt.error) {
+            cur = nullptr;
+            rt.running = nullptr;
+            return moe_errorf(NULL, MOE_ERR_INTERNAL, "kernel %s, block (%u,%u,%u): %s", name, x, y, z, rt.what);
+        }
+    }
     cur = nullptr;
     return MOE_OK;
 }
 
 } // namespace moe_sim
+
+/* The C entry points (sim_backend.h). */
+extern "C" void moe_sim_set_order_seed(uint64_t seed, int invert);
+extern "C" void moe_sim_set_order_seed(uint64_t seed, int invert) { moe_sim::set_order_seed(seed, invert != 0); }
+extern "C" uint64_t moe_sim_single_block_launches(void);
+extern "C" uint64_t moe_sim_single_block_launches(void) { return moe_sim::single_block_launches(); }
+extern "C" void moe_sim_set_block_sample(int extra, uint64_t seed);
+extern "C" void moe_sim_set_block_sample(int extra, uint64_t seed) { moe_sim::set_block_sample(extra, seed); }

@@ -51,6 +51,12 @@ __global__ void warp_ops(int *o)
 
 __global__ void atomics(int *counter) { atomicAdd(counter, 1); }
 
+/* o[block] = the thread that ran first in it */
+__global__ void first_thread(int *o, int *ticket)
+{
+    if (atomicAdd(&ticket[blockIdx.x], 1) == 0) o[blockIdx.x] = (int)threadIdx.x;
+}
+
 int main()
 {
     std::vector<int> o(4 * 128, -1);
@@ -91,6 +97,49 @@ int main()
     int counter = 0;
     CHECK(moe_sim::launch("atomics", dim3(3), dim3(256), [&] { atomics(&counter); }) == MOE_OK);
     CHECK(counter == 768);
+
+    /* a single-block launch runs forward in some launches and reversed in others (the order seed), the
+     * same way for the same seed; the blocks of one launch alternate */
+    {
+        int fwd = 0, rev = 0, first[2][16];
+        for (int round = 0; round < 2; round++) {
+            moe_sim::set_order_seed(12345);
+            for (int l = 0; l < 16; l++) {
+                int f = -1, ticket = 0;
+                CHECK(moe_sim::launch("first_thread", dim3(1), dim3(64), [&] { first_thread(&f, &ticket); }) == MOE_OK);
+                first[round][l] = f;
+                fwd += f == 0, rev += f == 63;
+            }
+        }
+        CHECK(fwd > 0 && rev > 0 && fwd + rev == 32);
+        CHECK(std::equal(first[0], first[0] + 16, first[1]));
+        moe_sim::set_order_seed(12345, true); /* inverted: every launch the other way */
+        for (int l = 0; l < 16; l++) {
+            int f = -1, ticket = 0;
+            CHECK(moe_sim::launch("first_thread", dim3(1), dim3(64), [&] { first_thread(&f, &ticket); }) == MOE_OK);
+            CHECK(f == 63 - first[0][l]);
+        }
+        CHECK(moe_sim::single_block_launches() == 16);
+        int f2[2] = {-1, -1}, t2[2] = {0, 0};
+        CHECK(moe_sim::launch("first_thread", dim3(2), dim3(64), [&] { first_thread(f2, t2); }) == MOE_OK);
+        CHECK(f2[0] + f2[1] == 63);
+    }
+
+    /* block sampling: only the first, the last and the seeded blocks run */
+    {
+        std::vector<int> f(1000, -1), t(1000, 0);
+        moe_sim::set_block_sample(3, 7);
+        CHECK(moe_sim::launch("first_thread", dim3(1000), dim3(32), [&] { first_thread(f.data(), t.data()); }) ==
+              MOE_OK);
+        moe_sim::set_block_sample(-1, 0);
+        int ran = 0;
+        for (int b = 0; b < 1000; b++) ran += t[b] == 32;
+        CHECK(t[0] == 32 && t[999] == 32 && ran >= 2 && ran <= 5);
+        for (int b = 0; b < 1000; b++) CHECK(t[b] == 0 || t[b] == 32);
+        counter = 0;
+        CHECK(moe_sim::launch("atomics", dim3(3), dim3(256), [&] { atomics(&counter); }) == MOE_OK);
+        CHECK(counter == 768); /* sampling off again: every block */
+    }
 
     /* launch configurations a GPU refuses */
     CHECK(moe_sim::launch("atomics", dim3(0), dim3(32), [&] { atomics(&counter); }) == MOE_ERR_BACKEND);
