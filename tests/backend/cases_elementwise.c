@@ -170,6 +170,46 @@ static void convert_case(hx_suite *s, int32_t dt, int32_t src, int32_t dst, int6
     free(v), free(sv);
 }
 
+/* fp32 -> bf16 on exact bit patterns: rounding to nearest even where a value lies exactly halfway
+ * between two bf16 neighbours (both parities, both signs, normal and subnormal, the tie that rounds
+ * to Inf), one unit of the low half either side of a tie, the carry into the exponent, subnormals,
+ * -0, Inf, NaN of every payload (quiet and signalling: the upper half keeps the sign and payload,
+ * the quiet bit set), overflow to Inf, then random patterns with random low halves and random ties;
+ * n around the block (256) and warp boundaries. Compared bit for bit. */
+static void convert_bf16_case(hx_suite *s, int32_t dt, int64_t n)
+{
+    hx_case *c = hx_case_new(s, "convert", dt, call_convert, "fp32->bf16 n=%lld rounding/specials", (long long)n);
+    conv_args *a = hx_case_args(c, sizeof *a);
+    a->n = n, a->src = MOE_DTYPE_FP32, a->dst = MOE_DTYPE_BF16;
+    static const uint32_t edge[] = {
+        0x3F808000u, 0x3F818000u, 0xBF808000u, 0xBF818000u, /* 1 + 2^-8 (even: down), 1 + 3 2^-8 (odd: up) */
+        0x3F807FFFu, 0x3F808001u, 0x3F817FFFu, 0x3F818001u, /* one below / above a tie */
+        0x3F7F8000u, 0x3FFF8000u, 0xBFFF8000u, 0x3FFFFFFFu, /* ties that carry into the exponent */
+        0x7F7F8000u, 0xFF7F8000u, 0x7F7F7FFFu, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F0000u, /* overflow to +-Inf */
+        0x00008000u, 0x80008000u, 0x00018000u, 0x80018000u, /* subnormal ties: to 0 / to 2 units */
+        0x00000001u, 0x00007FFFu, 0x00008001u, 0x007FFFFFu, 0x807FFFFFu, 0x00400000u, 0x00010000u, /* subnormals */
+        0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, /* zeros, infinities */
+        0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FBFFFFFu, 0x7FA00000u, 0x7FC0FFFFu, 0xFFFFFFFFu, /* NaN */
+        0x00800000u, 0x00808000u, 0x00818000u, 0x3F800000u, 0x4B7F8000u, 0x4B808000u, 0x1F808000u, 0x5F818000u};
+    const size_t ne = sizeof edge / sizeof edge[0];
+    uint32_t *v = xmalloc(4 * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t r = (uint32_t)hx_next(&c->rng);
+        if (i == 0) v[i] = 0x3F808000u; /* a tie first (a lone NaN would equal the poison) */
+        else if ((size_t)i - 1 < ne) v[i] = edge[i - 1];
+        else if (i % 3 == 0) v[i] = (r & 0xFFFF0000u) | 0x8000u; /* a tie (NaN / Inf patterns included) */
+        else if (i % 3 == 1) v[i] = (r & 0xFFFF0000u) | (0x8000u + ((r >> 3) & 1u ? 1u : 0xFFFFFFFFu)); /* next to one */
+        else v[i] = r;
+    }
+    hx_buf_set(c, CV_SRC, "src", HX_F32, HX_IN, (size_t)n, v);
+    hx_buf_set(c, CV_DST, "dst", HX_BF16, HX_OUT, (size_t)n, NULL);
+    hx_buf_nan_ok(c, CV_DST);
+    hx_buf_prec(c, CV_DST, HX_BF16);
+    hx_buf_atol(c, CV_DST, 0);
+    hx_buf_exact(c, CV_DST);
+    free(v);
+}
+
 /* ------------------------------------------------------------------------- small element-wise ops */
 
 typedef struct ew_args {
@@ -469,4 +509,9 @@ void hx_cases_elementwise(hx_suite *s, int32_t dt)
     ((ew_args *)refused(s, "bits 16"))->bits = 16;
     all_finite_case(s, dt, MOE_DTYPE_FP32, 4, -1, 0);
     ((ew_args *)refused(s, "dtype 3"))->dtype = 3;
+
+    /* fp32 -> bf16 bit patterns (appended: the seeds above stay): rounding ties, specials, subnormals,
+     * overflow; n at the warp, block and a few-block boundaries */
+    static const int64_t bf16_n[] = {1, 31, 33, 255, 256, 257, 513, 4097};
+    for (size_t i = 0; i < sizeof bf16_n / sizeof bf16_n[0]; i++) convert_bf16_case(s, dt, bf16_n[i]);
 }

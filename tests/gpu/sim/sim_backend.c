@@ -4,6 +4,7 @@
  * stand-in for cuBLASLt's block-scaled matmul (sim_lt_matmul.c) for the pairs it verifies, else the
  * exact path, the dequantize kernel then the GEMM. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "moe.h"
@@ -77,14 +78,22 @@ const moe_backend *moe_sim_backend(void)
 }
 
 /* ---- the planted-bug variants (planted.cc): one op replaced by a deliberately wrong kernel ---- */
-enum { N_PLANTED = 3, LT_PLANTED = 2 };
+enum { N_PLANTED = 7, LT_PLANTED = 2 };
 static moe_ops planted_f32[N_PLANTED];
 static moe_backend planted_backend[N_PLANTED];
-static const char *const planted_names[N_PLANTED] = {"nosync", "offbyone", "ltlayout"};
+static const char *const planted_names[N_PLANTED] = {"nosync", "offbyone", "ltlayout", "argmax",
+                                                     "nosync1", "bf16rne",  "idx32"};
+static char planted_table_names[N_PLANTED][48], planted_backend_names[N_PLANTED][48];
 
-static const moe_ops *planted_ops0(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[0] : NULL; }
-static const moe_ops *planted_ops1(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[1] : NULL; }
-static const moe_ops *planted_ops2(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[2] : NULL; }
+#define PLANTED_OPS(i)                                                                                               \
+    static const moe_ops *planted_ops##i(int32_t dtype) { return dtype == MOE_DTYPE_FP32 ? &planted_f32[i] : NULL; }
+PLANTED_OPS(0)
+PLANTED_OPS(1)
+PLANTED_OPS(2)
+PLANTED_OPS(3)
+PLANTED_OPS(4)
+PLANTED_OPS(5)
+PLANTED_OPS(6)
 
 static int32_t planted_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
                               const moe_qmat *b, double beta, void *c, int64_t ldc, void *work)
@@ -95,21 +104,21 @@ static int32_t planted_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t 
 
 const moe_backend *moe_sim_planted_backend(const char *bug)
 {
-    static const moe_ops *(*const ops_of[N_PLANTED])(int32_t) = {planted_ops0, planted_ops1, planted_ops2};
+    static const moe_ops *(*const ops_of[N_PLANTED])(int32_t) = {planted_ops0, planted_ops1, planted_ops2,
+                                                                 planted_ops3, planted_ops4, planted_ops5,
+                                                                 planted_ops6};
     const moe_backend *sim = moe_sim_backend();
     for (int i = 0; i < N_PLANTED; i++) {
         if (strcmp(bug, planted_names[i]) != 0) continue;
         if (!planted_backend[i].name) {
-            static const char *const table_names[N_PLANTED] = {"sim-planted-nosync-f32", "sim-planted-offbyone-f32",
-                                                               "sim-planted-ltlayout-f32"};
-            static const char *const backend_names[N_PLANTED] = {"sim-planted-nosync", "sim-planted-offbyone",
-                                                                 "sim-planted-ltlayout"};
+            snprintf(planted_table_names[i], sizeof planted_table_names[i], "sim-planted-%s-f32", bug);
+            snprintf(planted_backend_names[i], sizeof planted_backend_names[i], "sim-planted-%s", bug);
             planted_f32[i] = sim_f32;
-            planted_f32[i].name = table_names[i];
+            planted_f32[i].name = planted_table_names[i];
             if (i == LT_PLANTED) planted_f32[i].gemm_q = planted_gemm_q;
             else moe_sim_plant(&planted_f32[i], bug);
             planted_backend[i] = *sim;
-            planted_backend[i].name = backend_names[i];
+            planted_backend[i].name = planted_backend_names[i];
             planted_backend[i].ops = ops_of[i];
         }
         return &planted_backend[i];
