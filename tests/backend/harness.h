@@ -53,8 +53,12 @@ typedef struct hx_buf {
 } hx_buf;
 
 typedef struct hx_case hx_case;
+typedef struct hx_result hx_result;
 /* Calls the op of `ops` with the slots' device pointers (dev[i] = NULL for an unused slot). */
 typedef int32_t (*hx_call)(const hx_case *c, const moe_ops *ops, const moe_exec *ex, void *const *dev);
+/* A case over more than 2^31 elements (cases_huge.c): runs the op of `ops` on B only (B's device
+ * memory must be host memory: the simulator, with block sampling) and checks the result itself. */
+typedef void (*hx_huge_fn)(const hx_case *c, const moe_ops *ops, const moe_exec *ex, hx_result *r);
 
 struct hx_case {
     const char *op;     /* field name in moe_ops */
@@ -71,6 +75,8 @@ struct hx_case {
     int heavy;          /* 1: among the largest inputs, every shape class / edge case of which a lighter
                          * case of the op covers too; `--light` runs skip it (the simulator under
                          * sanitizers, where it costs minutes), the Release run keeps it */
+    hx_huge_fn huge;    /* non-NULL: a case over more than 2^31 elements, of its own kind (no slots,
+                         * call unused; main.c runs it on the simulator only) */
     hx_rng rng;         /* seeded from (op, dtype, ordinal): adding cases elsewhere changes nothing here */
     hx_buf buf[HX_MAX_BUFS];
 };
@@ -146,6 +152,7 @@ void hx_cases_elementwise(hx_suite *s, int32_t dtype);
 void hx_cases_qscale_lt(hx_suite *s, int32_t dtype); /* qscale_lt */
 void hx_cases_quant(hx_suite *s, int32_t dtype);   /* quantize, dequantize; and gemm_q: */
 void hx_cases_gemm_q(hx_suite *s, int32_t dtype);  /* cases_quant.c, called by hx_cases_quant */
+void hx_cases_huge(hx_suite *s, int32_t dtype);    /* over 2^31 elements, hx_case.huge (cases_huge.c) */
 
 /* ---- running (harness.c) ---------------------------------------------------------------------- */
 typedef struct hx_side {

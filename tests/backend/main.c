@@ -140,6 +140,7 @@ int main(int argc, char **argv)
         hx_cases_rows(&suite, dtypes[d]);
         hx_cases_elementwise(&suite, dtypes[d]);
         hx_cases_quant(&suite, dtypes[d]);
+        hx_cases_huge(&suite, dtypes[d]);
     }
 
     hx_side a, b;
@@ -170,6 +171,32 @@ int main(int argc, char **argv)
         }
         hx_result r;
         const double tc = now_s();
+        if (c->huge) {
+            /* over 2^31 elements: on the simulator only (B's memory is host memory), sampled blocks */
+            memset(&r, 0, sizeof r);
+            const moe_ops *ops_b = be_b->ops(c->dtype);
+            int on_sim = 0;
+#ifdef MOE_HAVE_SIM
+            on_sim = strncmp(be_b->name, "sim", 3) == 0;
+#endif
+            if (!on_sim || !ops_b || !be_b->supports_op(c->dtype, c->op)) {
+                r.skipped = 1;
+                snprintf(r.msg, sizeof r.msg, "over 2^31 elements: the kernel simulator only");
+            } else {
+#ifdef MOE_HAVE_SIM
+                moe_sim_set_order_seed(c->rng.s, 0);
+                moe_sim_set_block_sample(2, c->rng.s);
+#endif
+                c->huge(c, ops_b, &b.ex, &r);
+                if (be_b->stream_sync(&b.ex) != MOE_OK && r.fail == HX_OK) {
+                    r.fail = HX_FAIL_SETUP;
+                    snprintf(r.msg, sizeof r.msg, "stream_sync failed");
+                }
+#ifdef MOE_HAVE_SIM
+                moe_sim_set_block_sample(-1, 0);
+#endif
+            }
+        } else {
 #ifdef MOE_HAVE_SIM
         /* the simulator's thread orders follow the case, not the cases that ran before it */
         moe_sim_set_order_seed(c->rng.s, 0);
@@ -189,6 +216,7 @@ int main(int argc, char **argv)
             }
         }
 #endif
+        }
         const double dt = now_s() - tc;
         const int oi = hx_op_index(c->op);
         if (r.skipped) {
