@@ -32,10 +32,16 @@ extern "C" {
 #define MOE_KNS moe_kdevsim
 namespace moe_sim {
 void launch_async(const char *name, dim3 grid, dim3 block, cudaStream_t stream, std::function<void()> fn);
+/* The kernel call with its arguments evaluated now, as a launch evaluates them (the body runs
+ * later, on the stream's worker: `plan->dropped` must be read at the launch, not then). */
+template <class... P, class... A> std::function<void()> bind_args(void (*kernel)(P...), A... args)
+{
+    return [kernel, args...]() { kernel(args...); };
+}
 }
 #define MOE_LAUNCH(kernel, grid, block, stream, ...)                                                     \
     (moe_sim::launch_async(#kernel, dim3(grid), dim3(block), (cudaStream_t)(stream),                     \
-                           [=]() { kernel(__VA_ARGS__); }),                                              \
+                           moe_sim::bind_args(kernel, __VA_ARGS__)),                                     \
      MOE_KNS::launched(#kernel))
 #elif defined(MOE_SIM)
 #include "sim.h"
