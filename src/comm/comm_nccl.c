@@ -161,14 +161,17 @@ static int32_t end_group_and_wait(moe_comm *c, const char *op, ncclResult_t firs
     return await_completion(c, op, NULL, deadline);
 }
 
-/* Orders the comm's stream after the work the caller queued on ex->stream (the buffers' producers):
- * an event recorded there and waited for by the comm's stream. No-op for the default stream. */
+/* Orders the comm's stream after the work the caller queued on the call's stream (the buffers'
+ * producers): an event recorded there and waited for by the comm's stream. ex == NULL means the
+ * comm's context's stream (comm.h), which is non-blocking on a CUDA context: it must be ordered
+ * after too. Nothing to order for a CPU context (no stream). */
 static int32_t order_after(moe_comm *c, const char *op, const moe_exec *ex)
 {
-    if (!ex || !ex->stream) return MOE_OK;
+    const moe_exec e0 = moe_comm_exec(c, ex);
+    if (!e0.stream || c->ctx->device_type != MOE_DEVICE_CUDA) return MOE_OK;
     cudaEvent_t ev = NULL;
     cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)ex->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, (cudaStream_t)e0.stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(impl_of(c)->stream, ev, 0);
     if (ev) cudaEventDestroy(ev);
     return e == cudaSuccess ? MOE_OK : cuda_fail(c, op, "ordering after the caller's stream", e);

@@ -57,7 +57,19 @@ static void *dev_alloc(size_t bytes)
     return p;
 }
 
-static void to_dev(void *d, const void *h, size_t n) { cudaMemcpy(d, h, n, cudaMemcpyHostToDevice); }
+/* cudaMemcpy from pageable memory and cudaMemset run on the legacy stream and may land after they
+ * return; the comm's collectives run on non-blocking streams that do not wait for it (CUDA Runtime
+ * API, "API synchronization behavior"): synchronise before the comm reads the buffers. */
+static void to_dev(void *d, const void *h, size_t n)
+{
+    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+}
+static void dev_zero(void *d, size_t n)
+{
+    cudaMemset(d, 0, n);
+    cudaDeviceSynchronize();
+}
 static void to_host(void *h, const void *d, size_t n) { cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost); }
 
 static void test_collectives(moe_comm *c)
@@ -68,7 +80,7 @@ static void test_collectives(moe_comm *c)
     CHECK(send && recv);
     if (!send || !recv) return;
     to_dev(send, h, 64);
-    cudaMemset(recv, 0, 64);
+    dev_zero(recv, 64);
 
     /* all_to_all_v: the block to self, at offsets */
     int64_t sb[1] = {20}, so[1] = {4}, rb[1] = {20}, ro[1] = {30};
@@ -79,7 +91,7 @@ static void test_collectives(moe_comm *c)
         if (back[i] != (i >= 30 && i < 50 ? h[i - 26] : 0)) ok = 0;
     CHECK(ok);
     moe_comm_request *req = NULL;
-    cudaMemset(recv, 0, 64);
+    dev_zero(recv, 64);
     CHECK_ST(c->ops->all_to_all_v_start(c, send, sb, so, recv, rb, ro, &req, NULL), MOE_OK);
     if (req) CHECK_ST(c->ops->wait(c, req), MOE_OK);
     to_host(back, recv, 64);
@@ -89,11 +101,11 @@ static void test_collectives(moe_comm *c)
 
     /* all_gather_v: back to back (ncclAllGather) and at an offset (broadcasts) */
     int64_t gb[1] = {16}, go[1] = {0}, go8[1] = {8};
-    cudaMemset(recv, 0, 64);
+    dev_zero(recv, 64);
     CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go, NULL), MOE_OK);
     to_host(back, recv, 64);
     CHECK(memcmp(back, h, 16) == 0 && back[16] == 0);
-    cudaMemset(recv, 0, 64);
+    dev_zero(recv, 64);
     CHECK_ST(c->ops->all_gather_v(c, send, 16, recv, gb, go8, NULL), MOE_OK);
     to_host(back, recv, 64);
     CHECK(back[7] == 0 && memcmp(back + 8, h, 16) == 0 && back[24] == 0);
