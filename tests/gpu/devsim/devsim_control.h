@@ -48,6 +48,13 @@ int64_t moe_devsim_live_allocations(int32_t device);
  * released by another thread). -1 for an invalid handle. */
 int32_t moe_devsim_hold(void *stream, int32_t hold);
 
+/* Lets a stream run n more operations, then holds it (n <= 0: holds it now); -1 for an invalid handle.
+ * With moe_devsim_hold(stream, 0) to release: a test stops a stream in the middle of an entry point's
+ * work to interleave another stream's work there deterministically. */
+int32_t moe_devsim_hold_after(void *stream, int64_t n);
+/* Operations queued on a stream and not yet run (-1 for an invalid handle). */
+int64_t moe_devsim_pending(void *stream);
+
 /* Sets the delay seed and largest delay (microseconds) for streams created from now on. */
 void moe_devsim_set_delays(uint64_t seed, int32_t max_us);
 

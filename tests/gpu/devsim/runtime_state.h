@@ -57,6 +57,7 @@ struct CUstream_st {
     uint64_t rng = 1;
     int max_delay_us = 0;
     bool held = false;       /* moe_devsim_hold: the worker starts nothing while set */
+    int64_t hold_after = -1; /* moe_devsim_hold_after: operations left before held is set */
     /* capture (cudaStreamBeginCapture) */
     int capture_mode = -1;   /* cudaStreamCaptureMode while capturing, -1 otherwise */
     bool capture_invalid = false;

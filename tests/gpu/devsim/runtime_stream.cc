@@ -82,6 +82,10 @@ void worker(Stream *s)
         if (stamp) *stamp = now_ns();
         s->done = seq;
         s->queue.pop_front();
+        if (s->hold_after > 0 && --s->hold_after == 0) {
+            s->held = true;
+            s->hold_after = -1;
+        }
         if (!s->alive && !s->legacy && s->queue.empty()) st.free_streams.push_back(s);
         st.cv.notify_all();
     }
@@ -112,6 +116,7 @@ Stream *make_stream(int device, unsigned flags)
     s->capture_invalid = false;
     s->capture = nullptr;
     s->held = false;
+    s->hold_after = -1;
     return s;
 }
 
@@ -561,4 +566,30 @@ extern "C" int32_t moe_devsim_hold(void *stream, int32_t hold)
     s->held = hold != 0;
     st.cv.notify_all();
     return 0;
+}
+
+extern "C" int32_t moe_devsim_hold_after(void *stream, int64_t n)
+{
+    State &st = state();
+    std::lock_guard<std::mutex> g(st.mu);
+    Stream *s = nullptr;
+    if (resolve_locked((cudaStream_t)stream, &s) != cudaSuccess) return -1;
+    if (n <= 0) {
+        s->held = true;
+        s->hold_after = -1;
+    } else {
+        s->held = false;
+        s->hold_after = n;
+    }
+    st.cv.notify_all();
+    return 0;
+}
+
+extern "C" int64_t moe_devsim_pending(void *stream)
+{
+    State &st = state();
+    std::lock_guard<std::mutex> g(st.mu);
+    Stream *s = nullptr;
+    if (resolve_locked((cudaStream_t)stream, &s) != cudaSuccess) return -1;
+    return (int64_t)(s->issued - s->done);
 }
