@@ -13,10 +13,19 @@
  * phase, T, mode and loss scale, the stream, the data pointers in and out, and every tape buffer
  * (pointer and size): a host that reuses its steps and tensors replays; a changed key captures anew
  * (up to MOE_GRAPH_SLOTS graphs per phase, least recently used evicted).
+ * Warm-up: the first call of a phase with a key runs eagerly, and only the second call with that
+ * key captures. With lazy loading (CUDA_MODULE_LOADING=LAZY, the default on Linux since CUDA 12.2;
+ * CUDA C++ Programming Guide, "Lazy Loading") a kernel's module is loaded at its first launch, which
+ * drivers before 12.3 cannot do inside a stream capture, and cuBLASLt's and CUB's first use of a plan
+ * or algorithm may initialise or allocate; the documented practice is to run the work once before
+ * capturing it. Each phase remembers the keys it ran eagerly (MOE_GRAPH_WARM_KEYS, oldest forgotten
+ * first): the key the call came with, and the key after the body (a body that places tape buffers,
+ * as the first backward of a step does, has then run eagerly on exactly those buffers, so the next
+ * call, which brings them, captures).
  * The capture must not allocate or free pool memory (a graph cannot own it): forward reserves its
- * tape before the capture; a body that still allocates (a fresh step in backward) abandons the
- * capture and runs eagerly, and the next call with the buffers in place captures. After
- * MOE_GRAPH_MAX_FAILURES abandoned captures a phase stays eager.
+ * tape before the capture; a body that still allocates abandons the capture and runs eagerly, and
+ * the next call with the buffers in place captures. After MOE_GRAPH_MAX_FAILURES abandoned captures
+ * a phase stays eager.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +36,7 @@
 
 #define MOE_GRAPH_SLOTS 4
 #define MOE_GRAPH_MAX_FAILURES 8
+#define MOE_GRAPH_WARM_KEYS (2 * MOE_GRAPH_SLOTS)
 #define KEY_WORDS 10
 
 typedef struct graph_entry {
@@ -46,6 +56,9 @@ struct moe_graph_cache {
     graph_entry e[MOE_GRAPH_PHASES][MOE_GRAPH_SLOTS];
     int32_t failures[MOE_GRAPH_PHASES];
     uint64_t clock;
+    /* the keys each phase has run eagerly (warm-up), a ring */
+    uint64_t warm[MOE_GRAPH_PHASES][MOE_GRAPH_WARM_KEYS][KEY_WORDS];
+    int32_t warm_count[MOE_GRAPH_PHASES], warm_next[MOE_GRAPH_PHASES];
 };
 
 int moe_graph_eligible(const moe_layer *L)
@@ -78,6 +91,21 @@ static void make_key(const moe_step *s, int32_t phase, const moe_exec *e, const 
                              (uint64_t)(uintptr_t)in, (uint64_t)(uintptr_t)out, tape, params,
                              (uint64_t)s->layer->grad_mode};
     memcpy(key, k, sizeof k);
+}
+
+static int warm_has(const struct moe_graph_cache *gc, int32_t phase, const uint64_t key[KEY_WORDS])
+{
+    for (int i = 0; i < gc->warm_count[phase]; i++)
+        if (memcmp(gc->warm[phase][i], key, sizeof gc->warm[phase][i]) == 0) return 1;
+    return 0;
+}
+
+static void warm_add(struct moe_graph_cache *gc, int32_t phase, const uint64_t key[KEY_WORDS])
+{
+    if (warm_has(gc, phase, key)) return;
+    memcpy(gc->warm[phase][gc->warm_next[phase]], key, sizeof gc->warm[phase][0]);
+    gc->warm_next[phase] = (gc->warm_next[phase] + 1) % MOE_GRAPH_WARM_KEYS;
+    if (gc->warm_count[phase] < MOE_GRAPH_WARM_KEYS) gc->warm_count[phase]++;
 }
 
 static void entry_clear(const moe_backend *be, graph_entry *g)
@@ -145,6 +173,16 @@ int32_t moe_graph_run(moe_layer *L, moe_step *step, int32_t phase, const moe_exe
         if (!g->used || (slot->used && g->last_use < slot->last_use)) slot = g;
     }
     if (gc->failures[phase] >= MOE_GRAPH_MAX_FAILURES) return body(L, step, e, arg);
+    if (!warm_has(gc, phase, key)) { /* warm-up: the first call with this key runs eagerly */
+        int32_t st = body(L, step, e, arg);
+        if (st == MOE_OK) {
+            uint64_t after[KEY_WORDS];
+            make_key(step, phase, e, in, out, after);
+            warm_add(gc, phase, key);
+            warm_add(gc, phase, after);
+        }
+        return st;
+    }
 
     /* capture: the body's work is recorded, not run */
     if (be->graph_begin(e) != MOE_OK) {

@@ -1,7 +1,8 @@
 /*
  * CUDA Graphs for static-shape steps (src/core/graph.c). A layer call (forward, backward_data,
- * backward_weights) whose shapes are static and whose buffers are already in place is captured once
- * on the backend's stream and replayed afterwards; docs/cuda.md ("CUDA Graphs") says what is captured.
+ * backward_weights) whose shapes are static and whose buffers are already in place runs eagerly once,
+ * is captured at its second call on the backend's stream and replayed afterwards; docs/cuda.md
+ * ("CUDA Graphs") says what is captured.
  */
 #ifndef MOE_CORE_GRAPH_H
 #define MOE_CORE_GRAPH_H
@@ -14,9 +15,11 @@ enum { MOE_GRAPH_FORWARD = 0, MOE_GRAPH_BACKWARD_DATA = 1, MOE_GRAPH_BACKWARD_WE
 typedef int32_t (*moe_graph_body)(moe_layer *L, moe_step *step, const moe_exec *e, void *arg);
 
 /* Runs body for `phase` of step: eagerly when graphs do not apply; else replays the graph of this
- * call's key (shapes, data and buffer pointers, stream, mode, loss scale), or captures it (and then
- * launches it). in/out: the call's host-visible data pointers (part of the key). A capture that
- * fails (the body allocates, or reads the device back) is dropped and the call runs eagerly. */
+ * call's key (shapes, data and buffer pointers, stream, mode, loss scale), or, the first time the
+ * phase meets the key, runs eagerly (the warm-up: lazy module loading and first library use happen
+ * outside any capture), and from the second time captures it (and then launches it). in/out: the
+ * call's host-visible data pointers (part of the key). A capture that fails (the body allocates, or
+ * reads the device back) is dropped and the call runs eagerly. */
 int32_t moe_graph_run(moe_layer *L, moe_step *step, int32_t phase, const moe_exec *e, const void *in, const void *out,
                       moe_graph_body body, void *arg);
 /* Graphs a layer may use at all (backend, config, static shapes, one rank, no chunking). */
