@@ -127,9 +127,12 @@ static int32_t cuda_device_open(int32_t device_id, void **state)
     return MOE_OK;
 }
 
-/* FP8 tensor cores arrived with compute capability 8.9 (Ada) and 9.0 (Hopper); block-scaled MXFP8 and
- * NVFP4 matmuls with 10.0 (Blackwell). A recipe is refused where the device has no such GEMMs, even
- * though gemm_q could emulate it, so that a recipe never silently runs at a fraction of its speed. */
+/* FP8 tensor cores arrived with compute capability 8.9 (Ada) and 9.0 (Hopper): per-tensor scales
+ * (SCALAR_32F) everywhere from 8.9. cuBLASLt's FP8 blockwise scale modes (VEC128_32F, BLK128x128_32F;
+ * cuBLAS 12.9) exist on Hopper (9.x) only: Ada has none, and Blackwell's block-scaled kernels are
+ * MXFP8's and NVFP4's (VEC32_UE8M0, VEC16_UE4M3), from 10.0. A recipe is refused where the device has
+ * no such GEMMs, even though gemm_q could emulate it, so that a recipe never silently runs at a
+ * fraction of its speed (tests/gpu/devsim/test_devsim_recipes.c). */
 static int32_t cuda_quant_recipe_supported(void *state, int32_t recipe)
 {
     const moe_cuda_device *d = state;
@@ -142,8 +145,8 @@ static int32_t cuda_quant_recipe_supported(void *state, int32_t recipe)
     const int cc = major * 10 + minor;
     switch (recipe) {
     case MOE_QUANT_NONE: return 1;
-    case MOE_QUANT_FP8_TENSORWISE:
-    case MOE_QUANT_FP8_BLOCKWISE: return cc >= 89;
+    case MOE_QUANT_FP8_TENSORWISE: return cc >= 89;
+    case MOE_QUANT_FP8_BLOCKWISE: return major == 9;
     case MOE_QUANT_MXFP8:
     case MOE_QUANT_NVFP4: return cc >= 100;
     default: return 0;
