@@ -4,10 +4,30 @@
  * rounded size) so that steps of the same shape reuse memory instead of going back to the device
  * allocator each iteration.
  *
+ * Alignment: every block is 256-byte aligned (MOE_ALIGN): cuBLASLt requires its workspace to be (the
+ * context's workspace is a pool block), and CUDA's allocators give 256 anyway. A host hook is asked
+ * for 256 on every device; a pointer it returns that is not aligned so is handed back to its free at
+ * once and the allocation fails with MOE_ERR_CALLBACK naming the hook (rather than cuBLASLt failing
+ * deep inside a GEMM).
+ *
  * Stream order: a block is freed while work queued on the freeing stream may still use it. The pool
- * records an event on that stream at the free; an allocation on the same stream may take the block
- * at once (its work runs after the queued work), an allocation on another stream only once the event
- * has passed. Trimming waits for each block's event before giving the memory back.
+ * records an event on that stream at the free. Which stream handles it trusts (a host may destroy its
+ * stream after the call that passed it, and the driver hands the same handle to its next stream):
+ *  - the context's own stream lives as long as the context: a block freed there is reused there at
+ *    once (stream order);
+ *  - a host's stream handle is valid only during the entry point that passed it. The pool keeps it
+ *    with the block only to compare: an allocation on a stream with the same handle takes the block
+ *    after queueing a wait for its event on that stream (a no-op for the same stream; for a new stream
+ *    at the old address, ordered after the old stream's work); any other stream (the copy stream
+ *    included) takes a block only once its event has passed;
+ *  - a recorded handle is never passed to the backend: events are queried, waited for and destroyed
+ *    on their own, and trimming waits for each block's event, then frees the memory in the order of
+ *    the stream of the call that trims (the current entry point's stream, valid now; the context's
+ *    stream at destruction).
+ * Out of memory: an allocation that fails waits for the pending blocks (below), then trims the cache
+ * and retries on its stream (the trimmed frees were queued on that very stream, so a block of a
+ * fitting size is reusable at once); if that fails too it waits for its stream (the frees have then
+ * run and their memory is free for any size) and retries once more before MOE_ERR_OUT_OF_MEMORY.
  *
  * Blocks read by another stream: the offload policy copies saved activations to the host on the
  * context's copy stream and frees their device blocks while those copies may still run. Such a block
@@ -26,7 +46,7 @@
 
 static void charge(moe_context *ctx, int32_t category, int64_t delta);
 
-#define MOE_ALIGN 64
+#define MOE_ALIGN 256 /* cuBLASLt's workspace rule, asked of host hooks on every device */
 #define MOE_MEM_MAX_BYTES ((size_t)1 << 62) /* larger requests fail; below it the size classes cannot wrap */
 #define MOE_POOL_MAX_BYTES ((size_t)1 << 30) /* cache at most 1 GiB of free blocks */
 
@@ -66,47 +86,79 @@ static void charge(moe_context *ctx, int32_t category, int64_t delta)
 /* The exec of the context's current stream (pool operations run in its order). */
 static moe_exec cur_exec(const moe_context *ctx) { return moe_context_exec(ctx, ctx->cur_stream); }
 
-/* Whether pooled block b may serve an allocation on stream s now. */
-static int block_ready(moe_context *ctx, const moe_pool_block *b, void *s)
+/* The exec of the context's own stream: events are queried, waited for and destroyed through it (a
+ * block's recorded stream handle may be dead by then). */
+static moe_exec own_exec(const moe_context *ctx) { return moe_context_exec(ctx, NULL); }
+
+/* Whether pooled block b may serve an allocation on ex's stream now; queues the wait that makes it so
+ * when b was freed on a host's stream with the same handle (see the header comment). */
+static int block_take(moe_context *ctx, const moe_pool_block *b, const moe_exec *ex)
 {
-    if (b->stream == s || !b->event) return 1;
-    moe_exec ex = moe_context_exec(ctx, b->stream);
+    if (!b->event) return 1;
+    if (b->stream == ex->stream && ex->stream == ctx->stream) return 1; /* the context's own stream: stream order */
+    moe_exec own = own_exec(ctx);
     int32_t done = 0;
-    return ctx->backend->event_query(&ex, b->event, &done) == MOE_OK && done;
+    if (ctx->backend->event_query(&own, b->event, &done) == MOE_OK && done) return 1;
+    if (b->stream == ex->stream) /* a host's handle: that stream, or a new one the driver gave the same handle */
+        return ctx->backend->stream_wait_event(ex, b->event) == MOE_OK;
+    return 0;
 }
 
-static void block_drop(moe_context *ctx, moe_pool_block *b)
+/* Gives block b back to the backend in the order of ex's stream (the current call's, valid now), once
+ * no queued work uses it any more. */
+static void block_drop(moe_context *ctx, moe_pool_block *b, const moe_exec *ex)
 {
-    moe_exec ex = moe_context_exec(ctx, b->stream);
     if (b->event) {
-        (void)ctx->backend->event_sync(&ex, b->event); /* nothing queued may still use it */
-        ctx->backend->event_destroy(&ex, b->event);
+        moe_exec own = own_exec(ctx);
+        (void)ctx->backend->event_sync(&own, b->event); /* nothing queued may still use it */
+        ctx->backend->event_destroy(&own, b->event);
     }
-    ctx->backend->mem_free(&ex, b->ptr, b->bytes);
+    ctx->backend->mem_free(ex, b->ptr, b->bytes);
+}
+
+/* One block of sz bytes from the host's hook; NULL with *bad set when it broke the alignment promise
+ * (the block is handed back; the error is recorded). */
+static void *hook_alloc(moe_context *ctx, const moe_exec *ex, size_t sz, int32_t *bad)
+{
+    void *p = ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id,
+                                   ex->stream);
+    if (p && ((uintptr_t)p & (MOE_ALIGN - 1)) != 0) {
+        ctx->allocator.free(ctx->allocator.user_data, p, sz, ctx->device_type, ctx->device_id, ex->stream);
+        *bad = 1;
+        moe_errorf(ctx, MOE_ERR_CALLBACK, "moe_allocator.alloc returned %p for %zu bytes, not aligned to the %d bytes "
+                   "it was asked for (the alignment argument; cuBLASLt's workspace needs 256)", p, sz, MOE_ALIGN);
+        return NULL;
+    }
+    return p;
+}
+
+/* sz bytes from the backend, in ex's stream's order. */
+static void *alloc_raw(moe_context *ctx, const moe_exec *ex, size_t sz)
+{
+    void *p = NULL;
+    if (ctx->backend->mem_alloc(ex, sz, &p) != MOE_OK) return NULL;
+    ctx->dev_allocs++;
+    return p;
 }
 
 /* One try at sz bytes on ex's stream: the host's hook, or a ready pool block, or the backend. */
-static void *alloc_once(moe_context *ctx, const moe_exec *ex, size_t sz)
+static void *alloc_once(moe_context *ctx, const moe_exec *ex, size_t sz, int32_t *bad)
 {
     void *p = NULL;
-    if (ctx->allocator.alloc) /* the host's hook */
-        return ctx->allocator.alloc(ctx->allocator.user_data, sz, MOE_ALIGN, ctx->device_type, ctx->device_id,
-                                    ex->stream);
+    if (ctx->allocator.alloc) return hook_alloc(ctx, ex, sz, bad);
     for (int32_t i = ctx->pool_count - 1; i >= 0; i--) {
         moe_pool_block *b = &ctx->pool[i];
-        if (b->bytes != sz || !block_ready(ctx, b, ex->stream)) continue;
+        if (b->bytes != sz || !block_take(ctx, b, ex)) continue;
         p = b->ptr;
         if (b->event) {
-            moe_exec bx = moe_context_exec(ctx, b->stream);
-            ctx->backend->event_destroy(&bx, b->event);
+            moe_exec own = own_exec(ctx);
+            ctx->backend->event_destroy(&own, b->event); /* a wait queued on it still holds (CUDA frees it after) */
         }
         ctx->pool_bytes -= sz;
         *b = ctx->pool[--ctx->pool_count];
         return p;
     }
-    if (ctx->backend->mem_alloc(ex, sz, &p) != MOE_OK) return NULL;
-    ctx->dev_allocs++;
-    return p;
+    return alloc_raw(ctx, ex, sz);
 }
 
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
@@ -124,15 +176,18 @@ void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category)
     }
     moe_exec ex = cur_exec(ctx);
     moe_mem_reap(ctx, 0); /* blocks whose copies are done are free again */
-    void *p = alloc_once(ctx, &ex, sz);
-    while (!p && ctx->pending_count > 0) { /* out of memory: wait for the oldest copy out, then retry */
+    int32_t bad = 0;
+    void *p = alloc_once(ctx, &ex, sz, &bad);
+    while (!p && !bad && ctx->pending_count > 0) { /* out of memory: wait for the oldest copy out, then retry */
         moe_mem_reap(ctx, 1);
-        p = alloc_once(ctx, &ex, sz);
+        p = alloc_once(ctx, &ex, sz, &bad);
     }
+    if (bad) return NULL; /* the hook broke its promise: recorded by hook_alloc */
     if (!p && !ctx->allocator.alloc) {
-        moe_mem_trim(ctx); /* give cached blocks back and retry once */
-        if (ctx->backend->mem_alloc(&ex, sz, &p) != MOE_OK) p = NULL;
-        if (p) ctx->dev_allocs++;
+        moe_mem_trim(ctx); /* the cache goes back in this stream's order (cur_stream is ex's) */
+        p = alloc_raw(ctx, &ex, sz);
+        if (!p && ctx->backend->stream_sync(&ex) == MOE_OK) /* the frees have run: their memory serves any size */
+            p = alloc_raw(ctx, &ex, sz);
     }
     if (!p) {
         if (ctx->allocator.alloc) moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "host allocator returned NULL for %zu bytes", sz);
@@ -262,7 +317,8 @@ void moe_mem_trim(moe_context *ctx)
 {
     moe_mem_reap(ctx, INT32_MAX); /* blocks behind the copy stream first: they join the cache, then go */
     if (ctx->pool_count > 0) ctx->trims++;
-    for (int32_t i = 0; i < ctx->pool_count; i++) block_drop(ctx, &ctx->pool[i]);
+    moe_exec ex = cur_exec(ctx); /* the trimming call's stream: valid now, unlike the blocks' recorded handles */
+    for (int32_t i = 0; i < ctx->pool_count; i++) block_drop(ctx, &ctx->pool[i], &ex);
     ctx->pool_count = 0;
     ctx->pool_bytes = 0;
 }
