@@ -98,7 +98,9 @@ typedef struct moe_allocator {
     uint32_t struct_size;
     uint32_t reserved;
     void *user_data;
-    /* returns NULL on failure; alignment is a power of two >= 64 */
+    /* returns NULL on failure; alignment is a power of two >= 256 (256 since 0.2, on every device:
+     * cuBLASLt's workspace needs it). A block not aligned to it is handed back to free at once and
+     * the allocation fails with MOE_ERR_CALLBACK. */
     void *(*alloc)(void *user_data, size_t bytes, size_t alignment, int32_t device_type, int32_t device_id,
                    void *stream);
     void (*free)(void *user_data, void *ptr, size_t bytes, int32_t device_type, int32_t device_id, void *stream);
@@ -176,9 +178,10 @@ MOE_API int32_t moe_memory_stats_init(moe_memory_stats *stats, size_t struct_siz
 /* stats->struct_size must be set by the caller (0.1 hosts: 160); the engine fills n = min(struct_size,
  * its size) bytes and sets struct_size to n. */
 MOE_API int32_t moe_context_memory_stats(const moe_context *ctx, moe_memory_stats *stats);
-/* Gives every cached free block back to the device (waiting for the streams that may still use them;
- * stream: NULL = the context's stream). Live allocations are untouched. An allocation that fails is
- * retried once after the same trim before MOE_ERR_OUT_OF_MEMORY is returned. */
+/* Gives every cached free block back to the device (waiting for the streams that may still use them,
+ * then freeing in stream's order; stream: NULL = the context's stream). Live allocations are
+ * untouched. An allocation that fails is retried after the same trim (and, if that fails, once more
+ * after waiting for its stream) before MOE_ERR_OUT_OF_MEMORY is returned. */
 MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream);
 /* (0.2) What one step holds: its tape (MOE_MEM_ACTIVATIONS; the device buffers backward needs and the
  * step's scratch) and its host metadata (MOE_MEM_HOST), current and peak over the step's life;
