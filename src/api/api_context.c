@@ -100,6 +100,10 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
             return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: no memory for the %zu-byte %s workspace",
                               be->workspace_bytes, be->name);
         }
+        if (be->caps & MOE_BACKEND_CAP_ASYNC) { /* the context's stream's slot (core/entry.h) */
+            ctx->ws[0] = (moe_ws_slot){ctx->stream, ctx->workspace, NULL, 0};
+            ctx->ws_count = 1;
+        }
     }
     *out = ctx;
     return MOE_OK;
@@ -126,7 +130,8 @@ MOE_API int32_t moe_memory_stats_init(moe_memory_stats *stats, size_t struct_siz
 MOE_API int32_t moe_context_memory_trim(moe_context *ctx, void *stream)
 {
     if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_context_memory_trim: ctx is NULL");
-    (void)moe_context_enter(ctx, stream);
+    MOE_ENTER(en, ex, ctx, stream, NULL);
+    (void)ex;
     moe_mem_trim(ctx);
     return MOE_OK;
 }

@@ -93,7 +93,11 @@ MOE_API int32_t moe_dispatcher_local_experts(const moe_dispatcher *d, int32_t *n
 
 MOE_API void moe_dispatcher_destroy(moe_dispatcher *d)
 {
-    if (d) moe_dispatcher_release_ref(d);
+    if (!d) return;
+    moe_teardown t;
+    moe_teardown_begin(d->shell.ctx, &d->shell.order, &t);
+    moe_dispatcher_release_ref(d);
+    moe_teardown_end(&t);
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------- */
@@ -170,7 +174,7 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
     st = check_indices(ctx, indices, T, K, &bits);
     if (st) return st;
     int64_t ps[2] = {T, K};
-    moe_exec ex = moe_context_enter(ctx, stream);
+    MOE_ENTER(en, ex, ctx, stream, &d->shell.order);
     if (probs) {
         st = moe_check_tensor(ctx, probs, "probs", 2, ps, d->dtype);
         if (st) return st;
@@ -212,6 +216,10 @@ MOE_API int32_t moe_dispatch_rows(const moe_dispatch *h, DLTensor *x_rows, DLTen
     if (!st && tokens_per_expert)
         st = moe_check_tensor(ctx, tokens_per_expert, "tokens_per_expert", 1, el, MOE_DTYPE_INT64);
     if (st) return st;
+    /* after the dispatch, on the context's stream; the caller's tensors are written when it returns */
+    MOE_ENTER(en, ex, ctx, NULL, &((moe_dispatcher *)d)->shell.order);
+    (void)ex;
+    en.sync_on_exit = 1;
     st = moe_dispatch_copy_rows(h, x_rows ? moe_tensor_data(x_rows) : NULL,
                                 row_probs ? moe_tensor_data(row_probs) : NULL);
     if (st) return st;
@@ -227,6 +235,8 @@ MOE_API int32_t moe_dispatch_combine(moe_dispatch *h, const DLTensor *y_rows, DL
     int32_t st = moe_check_tensor(ctx, y_rows, "y_rows", 2, rs, d->dtype);
     if (!st) st = moe_check_tensor(ctx, y, "y", 2, ts, d->dtype);
     if (st) return st;
+    MOE_ENTER(en, ex, ctx, stream, &((moe_dispatcher *)d)->shell.order);
+    (void)ex;
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
                             moe_dispatch_combine_run(h, moe_tensor_data(y_rows), moe_tensor_data(y), stream));
@@ -246,6 +256,8 @@ MOE_API int32_t moe_dispatch_combine_backward(moe_dispatch *h, const DLTensor *d
     if (!st) st = moe_check_tensor(ctx, dy_rows, "dy_rows", 2, rs, d->dtype);
     if (!st && d_row_probs) st = moe_check_tensor(ctx, d_row_probs, "d_row_probs", 1, ps, d->dtype);
     if (st) return st;
+    MOE_ENTER(en, ex, ctx, stream, &((moe_dispatcher *)d)->shell.order);
+    (void)ex;
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
                             moe_dispatch_combine_backward_run(h, moe_tensor_data(dy), moe_tensor_data(dy_rows),
@@ -266,6 +278,8 @@ MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, 
     if (!st) st = moe_check_tensor(ctx, dx, "dx", 2, ts, d->dtype);
     if (!st && dprobs) st = moe_check_tensor(ctx, dprobs, "dprobs", 2, ks, d->dtype);
     if (st) return st;
+    MOE_ENTER(en, ex, ctx, stream, &((moe_dispatcher *)d)->shell.order);
+    (void)ex;
     const int32_t depth = ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(ctx, depth,
                             moe_dispatch_backward_run(h, moe_tensor_data(dx_rows),
@@ -276,5 +290,9 @@ MOE_API int32_t moe_dispatch_backward(moe_dispatch *h, const DLTensor *dx_rows, 
 
 MOE_API void moe_dispatch_destroy(moe_dispatch *h)
 {
-    if (h) moe_dispatch_free(h);
+    if (!h) return;
+    moe_teardown t; /* the handle's buffers go after its last call, on the context's stream */
+    moe_teardown_begin(h->d->shell.ctx, &h->d->shell.order, &t);
+    moe_dispatch_free(h);
+    moe_teardown_end(&t);
 }

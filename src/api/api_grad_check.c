@@ -23,7 +23,7 @@ MOE_API int32_t moe_layer_check_gradients(const moe_layer *layer, moe_nonfinite_
                           "moe_nonfinite_report_init()", fn);
     size_t n = 0;
     TRY(moe_output_size(ctx, &moe_desc_nonfinite_report, fn, "out", out, &n));
-    moe_exec ex = moe_context_enter(ctx, stream);
+    MOE_ENTER(en, ex, ctx, stream, &((moe_layer *)layer)->order);
     moe_nonfinite_report r;
     memset(&r, 0, sizeof r);
     TRY(moe_layer_scan_grads(layer, &ex, &r)); /* a failed scan writes nothing to out */

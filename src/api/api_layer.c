@@ -28,7 +28,14 @@ static int32_t create_layer(moe_context *ctx, const moe_layer_config *cfg_in, co
     moe_layer *L = moe_host_calloc(1, sizeof *L);
     if (!L) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     L->ctx = ctx;
-    moe_context_enter(ctx, NULL); /* parameters are allocated and zeroed on the context's stream */
+    /* parameters are allocated and initialised on the context's stream, finished before the create
+     * returns: the layer's first call may name any stream */
+    MOE_ENTRY(en, ctx, NULL, NULL);
+    if (en.status) {
+        moe_host_free(L);
+        return en.status;
+    }
+    en.sync_on_exit = 1;
     st = moe_layer_resolve_config(ctx, &cfg, L);
     if (!st && par) st = moe_layer_apply_parallel(ctx, par, L);
     if (st) {
@@ -62,7 +69,11 @@ MOE_API int32_t moe_layer_create_parallel(moe_context *ctx, const moe_layer_conf
 
 MOE_API void moe_layer_destroy(moe_layer *layer)
 {
-    if (layer) moe_layer_release_ref(layer);
+    if (!layer) return;
+    moe_teardown t;
+    moe_teardown_begin(layer->ctx, &layer->order, &t);
+    moe_layer_release_ref(layer);
+    moe_teardown_end(&t);
 }
 
 MOE_API int32_t moe_layer_get_config(const moe_layer *layer, moe_layer_config *out)
@@ -135,7 +146,9 @@ MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLT
     if (st) return st;
     int32_t sdt = moe_dtype_of(src->dtype);
     size_t elem = moe_dtype_size(sdt);
-    moe_exec ex = moe_context_enter(ctx, NULL);
+    /* ordered after the layer's earlier calls; src is read before the call returns */
+    MOE_ENTER(en, ex, ctx, NULL, &layer->order);
+    en.sync_on_exit = 1;
     if (sdt == si->dtype) return moe_tensor_strided_copy(ctx, &ex, src, elem, layer->param[slot].p, 1);
     moe_buf tmp = {0};
     st = moe_buf_reserve(ctx, &tmp, (size_t)si->numel * elem, MOE_MEM_WORKSPACE);
@@ -166,20 +179,25 @@ MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t g
     for (int32_t d = 0; dst->strides && d < dst->ndim; d++)
         if (dst->strides[d] == 0 && dst->shape[d] > 1)
             return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "dst.strides[%d] = 0: elements of dst would overlap", d);
-    moe_exec ex = moe_context_enter(ctx, NULL);
+    /* ordered after the layer's earlier calls; dst is written when the call returns */
+    MOE_ENTER(en, ex, ctx, NULL, &layer->order);
+    en.sync_on_exit = 1;
     return moe_tensor_strided_copy(ctx, &ex, dst, moe_dtype_size(dt), grad ? layer->grad[slot].p : layer->param[slot].p, 0);
 }
 
 MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_init_params: layer is NULL");
+    MOE_ENTER(en, ex, layer->ctx, NULL, &layer->order);
+    (void)ex;
     return moe_layer_init_params_impl(layer, seed);
 }
 
 MOE_API int32_t moe_layer_zero_grad(moe_layer *layer)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_zero_grad: layer is NULL");
-    moe_exec ex = moe_context_enter(layer->ctx, NULL);
+    /* the context's stream, after the layer's earlier calls and before its later ones */
+    MOE_ENTER(en, ex, layer->ctx, NULL, &layer->order);
     for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++)
         if (layer->grad[s].p) TRY(moe_mem_zero(layer->ctx, &ex, layer->grad[s].p, (size_t)layer->slot[s].numel * layer->ops->elem_size));
     return MOE_OK;

@@ -90,7 +90,7 @@ static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot, const moe_ex
 MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_reduce_grads: layer is NULL");
-    moe_exec ex = moe_context_enter(layer->ctx, stream); /* the reductions run in the order of this stream */
+    MOE_ENTER(en, ex, layer->ctx, stream, &layer->order); /* the reductions run in the order of this stream */
     TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC1, &ex));
     TRY(reduce_slot(layer, layer->edp_comm, MOE_PARAM_EXPERT_FC2, &ex));
     TRY(reduce_slot(layer, layer->dp_comm, MOE_PARAM_ROUTER_WEIGHT, &ex));

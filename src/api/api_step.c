@@ -60,9 +60,12 @@ MOE_API void moe_step_destroy(moe_step *step)
 {
     if (!step) return;
     moe_layer *layer = step->layer;
+    moe_teardown t; /* the tape is freed after the step's last call, on the context's stream */
+    moe_teardown_begin(layer->ctx, &layer->order, &t);
     moe_step_free_tape(step);
     moe_host_free(step);
     moe_layer_release_ref(layer);
+    moe_teardown_end(&t);
 }
 
 static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
@@ -94,7 +97,7 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
     if (layer->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T % layer->S != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
-    moe_exec ex = moe_context_enter(ctx, stream);
+    MOE_ENTER(en, ex, ctx, stream, &layer->order);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
     if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
         TRY(moe_require_finite(ctx, &ex, moe_tensor_data(x), T, layer->H, layer->dtype, "x",
@@ -129,7 +132,7 @@ MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const 
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward_data");
     if (st) return st;
-    moe_exec ex = moe_context_enter(layer->ctx, stream);
+    MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
     st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data", &ex);
     if (st) return st;
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
@@ -145,7 +148,7 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
         return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
                           step->state == MOE_STEP_STATE_DONE ? "weight gradients of this step were already added"
                                                              : "run moe_layer_backward_data on this step first");
-    moe_exec ex = moe_context_enter(layer->ctx, stream);
+    MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_run(layer, step, &ex));
 }
@@ -162,7 +165,7 @@ MOE_API int32_t moe_step_prefetch(moe_step *step, void *stream)
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_prefetch: %s",
                           step->state == MOE_STEP_STATE_EMPTY ? "no successful forward on this step yet"
                                                               : "backward already ran for this step's forward");
-    moe_exec ex = moe_context_enter(ctx, stream);
+    MOE_ENTER(en, ex, ctx, stream, &layer->order);
     return moe_offload_prefetch(layer, step, &ex);
 }
 
@@ -170,7 +173,7 @@ MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTen
 {
     int32_t st = check_pair(layer, step, "moe_layer_backward");
     if (st) return st;
-    moe_exec ex = moe_context_enter(layer->ctx, stream);
+    MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
     st = check_backward_args(layer, step, dy, dx, "moe_layer_backward", &ex);
     if (st) return st;
     int32_t depth = layer->ctx->range_depth;
@@ -196,7 +199,9 @@ MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_routing_stats: no successful forward on this step yet");
     int64_t counts[3];
     double aux = 0, z = 0;
-    moe_context_enter(ctx, NULL);
+    /* after the step's forward, on whatever stream it ran */
+    MOE_ENTER(en, ex0, ctx, NULL, &step->layer->order);
+    (void)ex0;
     st = moe_step_read_stats((moe_step *)step, counts, &aux, &z); /* copies from the device */
     if (st) return st;
     moe_routing_stats s;
@@ -225,6 +230,8 @@ MOE_API int32_t moe_step_export_routing(const moe_step *step, int32_t what, DLMa
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_step_export_routing: out is NULL");
     if (step->state == MOE_STEP_STATE_EMPTY)
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_step_export_routing: no successful forward on this step yet");
+    MOE_ENTER(en, ex0, ctx, NULL, &step->layer->order); /* after the step's forward */
+    (void)ex0;
     const moe_step_tape *tp = &step->tape;
     int64_t tk[2] = {step->T, L->K}, e1[1] = {L->E};
     DLDataType i32 = {kDLInt, 32, 1}, i64 = {kDLInt, 64, 1}, u8 = {kDLUInt, 8, 1};
@@ -250,7 +257,8 @@ MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out)
     if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_layer_expert_counts: out is NULL");
     int32_t st = moe_check_tensor_strided(ctx, out, "out", 1, e1, MOE_DTYPE_INT64, -1);
     if (st) return st;
-    moe_exec ex = moe_context_enter(ctx, NULL);
+    MOE_ENTER(en, ex, ctx, NULL, &((moe_layer *)layer)->order);
+    en.sync_on_exit = 1; /* out is written when the call returns */
     return moe_tensor_strided_copy(ctx, &ex, out, 8, layer->bias_counts, 0);
 }
 
@@ -292,7 +300,7 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
         return moe_errorf(ctx, MOE_ERR_STATE, "moe_layer_update_expert_bias: the layer was created without cfg.expert_bias");
     const int32_t E = layer->E;
     const size_t bytes = sizeof(int64_t) * (size_t)E;
-    moe_exec ex = moe_context_enter(ctx, NULL);
+    MOE_ENTER(en, ex, ctx, NULL, &layer->order);
     int64_t *n = moe_mem_alloc(ctx, bytes, MOE_MEM_WORKSPACE);
     if (!n) return MOE_ERR_OUT_OF_MEMORY;
     int32_t st;
@@ -325,6 +333,6 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
 MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_layer_reset_global_aux: layer is NULL");
-    moe_exec ex = moe_context_enter(layer->ctx, NULL);
+    MOE_ENTER(en, ex, layer->ctx, NULL, &layer->order);
     return moe_mem_zero(layer->ctx, &ex, layer->global_state, sizeof(double) * (size_t)(layer->E + 2));
 }

@@ -16,8 +16,14 @@ static void export_deleter(DLManagedTensor *self)
 {
     if (!self) return;
     moe_export_holder *h = self->manager_ctx;
-    if (h->layer) moe_layer_release_ref(h->layer);
-    else moe_host_free(h->managed.dl_tensor.data);
+    if (h->layer) { /* the last reference may free the layer's storage: after its last call */
+        moe_teardown t;
+        moe_teardown_begin(h->layer->ctx, &h->layer->order, &t);
+        moe_layer_release_ref(h->layer);
+        moe_teardown_end(&t);
+    } else {
+        moe_host_free(h->managed.dl_tensor.data);
+    }
     moe_host_free(h);
 }
 

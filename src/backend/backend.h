@@ -101,6 +101,13 @@ struct moe_backend {
     /* 1 when the device behind state runs the expert-GEMM recipe MOE_QUANT_* (moe_layer_config.
      * quant_recipe) natively or by emulation; NULL: every recipe (the CPU emulates them all). */
     int32_t (*quant_recipe_supported)(void *state, int32_t recipe);
+    /* Devices a host thread selects (CUDA: the current device): device_enter makes device_id current
+     * for the calling thread and stores the one that was in *prev; device_leave(prev) restores it.
+     * Every entry point holds its context's device this way (core/entry.h), so ops, library calls,
+     * events and graphs run on the context's device whatever the host has current, and the host's
+     * choice survives the call. NULL where there is nothing to select (CPU). */
+    int32_t (*device_enter)(int32_t device_id, int32_t *prev);
+    void (*device_leave)(int32_t prev);
 };
 
 /* The backend of a MOE_DEVICE_* in this build; NULL when it was not built (src/backend/backend.c). */

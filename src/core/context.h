@@ -41,6 +41,20 @@ typedef struct moe_pool_block {
 } moe_pool_block;
 #define MOE_POOL_SLOTS 256
 
+/* Op workspace of one stream (asynchronous backends: docs/cuda.md, "Streams and devices"). Two
+ * streams never share scratch at the same time: each stream that calls into the context gets a slot
+ * of its own (up to MOE_WS_SLOTS; beyond, the least recently used slot changes hands), and a slot
+ * that changes hands, or is used again, is first waited for: `event` is recorded on the stream of
+ * its last entry point when that entry point returns (core/entry.c). No raw stream handle is
+ * trusted beyond its entry point: `stream` only picks the slot. */
+typedef struct moe_ws_slot {
+    void *stream;
+    void *ptr;   /* backend->workspace_bytes of device memory */
+    void *event; /* the end of the slot's last use; NULL before the first */
+    uint64_t last_use;
+} moe_ws_slot;
+#define MOE_WS_SLOTS 4
+
 struct moe_context {
     atomic_int refs; /* host handle + every layer, step and export that points here */
     int32_t device_type;
@@ -49,7 +63,12 @@ struct moe_context {
     const moe_backend *backend; /* from device_type: every op and device byte goes through it */
     void *device_state;         /* backend->device_open's state */
     void *stream;               /* the context's stream: backend->default_stream (NULL on CPU) */
-    void *workspace;            /* backend->workspace_bytes of device scratch for the execs */
+    void *workspace;            /* backend->workspace_bytes of device scratch for the execs of the entry
+                                 * point running now (its stream's slot; ws[0] outside entry points) */
+    moe_ws_slot ws[MOE_WS_SLOTS]; /* per-stream workspaces of an asynchronous backend (ws[0]: the
+                                   * context's stream, allocated at creation) */
+    int32_t ws_count;
+    uint64_t ws_clock;
     void *cur_stream;           /* the stream of the entry point running now (buffers freed in its order) */
     /* device-to-host copies the engine made for its own decisions (moe_copy_to_host), and tape
      * buffers that had to grow after a step's up-front reservation: both counted for the tests */

@@ -67,6 +67,7 @@ void moe_dispatcher_release_ref(moe_dispatcher *d)
 {
     if (atomic_fetch_sub(&d->refs, 1) != 1) return;
     moe_context *ctx = d->shell.ctx;
+    moe_call_order_release(ctx, &d->shell.order);
     if (d->shell.ep_comm) moe_comm_release_ref(d->shell.ep_comm);
     moe_host_free(d);
     moe_context_release_ref(ctx);

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "core/context.h"
+#include "core/entry.h"
 
 /* An engine-owned buffer: device memory charged to a ledger category, or (host = 1) host memory for
  * values the host itself computes and reads (GEMM row offsets, exchange counts). */
@@ -38,6 +39,7 @@ typedef struct moe_slot_info {
 struct moe_layer {
     atomic_int refs; /* host handle + steps + exported views */
     moe_context *ctx;
+    moe_call_order order; /* the end of the layer's (or its steps') last call (core/entry.h) */
     moe_layer_config cfg; /* resolved: defaults filled in */
     const moe_ops *ops;   /* compute table (fp32 for fp32/bf16 layers, fp64 for fp64) */
     int32_t dtype;        /* param_dtype */

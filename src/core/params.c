@@ -222,6 +222,7 @@ void moe_layer_release_ref(moe_layer *L)
 {
     if (atomic_fetch_sub(&L->refs, 1) != 1) return;
     moe_context *ctx = L->ctx;
+    moe_call_order_release(ctx, &L->order);
     moe_graph_cache_free(L);
     moe_layer_free_params(L);
     moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};

@@ -10,7 +10,9 @@
  *    steady-state steps allocate nothing from CUDA;
  *  - host memory for staging (host_alloc) is pinned (cudaMallocHost), so copies are truly async;
  *  - no fp64 table: the CPU backend is the fp64 reference;
- *  - every entry makes the context's device current first (cudaSetDevice is a no-op when it is).
+ *  - devices: every exported call makes its context's device current for its duration and restores
+ *    the caller's after (device_enter / device_leave, core/entry.h); the entries here that can be
+ *    reached outside a call (allocation, teardown) do the same themselves.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -43,9 +45,25 @@ static cudaStream_t stream_of(const moe_exec *ex)
 {
     return ex->stream ? (cudaStream_t)ex->stream : dev_of(ex) ? dev_of(ex)->stream : (cudaStream_t)0;
 }
-static int32_t enter(const moe_exec *ex)
+/* Makes device current, keeping the caller's in *prev (restored by leave): no entry leaves the
+ * host's current device changed (the host may drive several devices from one thread). */
+static int32_t cuda_device_enter(int32_t device, int32_t *prev)
 {
-    return moe_cuda_check(cudaSetDevice(ex->device_id), "cudaSetDevice");
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cur = -1;
+    }
+    *prev = cur;
+    if (cur == device) return MOE_OK;
+    return moe_cuda_check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+static void cuda_device_leave(int32_t prev)
+{
+    int cur = -1;
+    if (prev < 0 || (cudaGetDevice(&cur) == cudaSuccess && cur == prev)) return;
+    if (cudaSetDevice(prev) != cudaSuccess) (void)cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- op table */
@@ -93,7 +111,8 @@ static void cuda_device_close(void *state)
 {
     moe_cuda_device *d = state;
     if (!d) return;
-    cudaSetDevice(d->id);
+    int32_t prev = -1;
+    (void)cuda_device_enter(d->id, &prev);
     if (d->stream) cudaStreamSynchronize(d->stream);
     moe_cuda_plans_destroy(d);
     if (d->scratch) cudaFree(d->scratch);
@@ -101,6 +120,7 @@ static void cuda_device_close(void *state)
     if (d->lt) cublasLtDestroy(d->lt);
     if (d->stream) cudaStreamDestroy(d->stream);
     moe_host_free(d);
+    cuda_device_leave(prev);
 }
 
 static int32_t cuda_device_open(int32_t device_id, void **state)
@@ -116,9 +136,11 @@ static int32_t cuda_device_open(int32_t device_id, void **state)
     moe_cuda_device *d = moe_host_calloc(1, sizeof *d);
     if (!d) return MOE_ERR_OUT_OF_MEMORY;
     d->id = device_id;
-    int32_t st = moe_cuda_check(cudaSetDevice(device_id), "cudaSetDevice");
+    int32_t prev = -1;
+    int32_t st = cuda_device_enter(device_id, &prev);
     if (!st) st = moe_cuda_check(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (!st) st = moe_cuda_lt_check(cublasLtCreate(&d->lt), "cublasLtCreate");
+    cuda_device_leave(prev);
     if (st) {
         cuda_device_close(d);
         return st;
@@ -158,10 +180,12 @@ static void *cuda_default_stream(void *state) { return state ? ((moe_cuda_device
 /* ---------------------------------------------------------------- memory */
 static int32_t cuda_mem_alloc(const moe_exec *ex, size_t bytes, void **out)
 {
-    int32_t st = enter(ex);
+    int32_t prev = -1;
+    int32_t st = cuda_device_enter(ex->device_id, &prev);
     if (st) return st;
     void *p = NULL;
     cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 256, stream_of(ex));
+    cuda_device_leave(prev);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return e == cudaErrorMemoryAllocation ? MOE_ERR_OUT_OF_MEMORY : moe_cuda_check(e, "cudaMallocAsync");
@@ -174,8 +198,10 @@ static void cuda_mem_free(const moe_exec *ex, void *ptr, size_t bytes)
 {
     (void)bytes;
     if (!ptr) return;
-    cudaSetDevice(ex->device_id);
+    int32_t prev = -1;
+    (void)cuda_device_enter(ex->device_id, &prev);
     if (cudaFreeAsync(ptr, stream_of(ex)) != cudaSuccess) cudaGetLastError();
+    cuda_device_leave(prev);
 }
 
 static int32_t cuda_host_alloc(size_t bytes, void **out)
@@ -260,10 +286,12 @@ static int32_t cuda_stream_sync(const moe_exec *ex)
  * legacy default stream; ordered against the compute streams by events only. */
 static int32_t cuda_stream_create(const moe_exec *ex, void **stream)
 {
-    int32_t st = enter(ex);
+    int32_t prev = -1;
+    int32_t st = cuda_device_enter(ex->device_id, &prev);
     if (st) return st;
     cudaStream_t s = NULL;
     st = moe_cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    cuda_device_leave(prev);
     if (!st) *stream = s;
     return st;
 }
@@ -271,9 +299,11 @@ static int32_t cuda_stream_create(const moe_exec *ex, void **stream)
 static void cuda_stream_destroy(const moe_exec *ex, void *stream)
 {
     if (!stream) return;
-    cudaSetDevice(ex->device_id);
+    int32_t prev = -1;
+    (void)cuda_device_enter(ex->device_id, &prev);
     if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
     if (cudaStreamDestroy((cudaStream_t)stream) != cudaSuccess) cudaGetLastError();
+    cuda_device_leave(prev);
 }
 
 /* ---------------------------------------------------------------- graphs */
@@ -337,4 +367,6 @@ const moe_backend moe_backend_cuda = {
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
     .quant_recipe_supported = cuda_quant_recipe_supported,
+    .device_enter = cuda_device_enter,
+    .device_leave = cuda_device_leave,
 };

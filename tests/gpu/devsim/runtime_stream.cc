@@ -564,6 +564,7 @@ extern "C" int32_t moe_devsim_hold(void *stream, int32_t hold)
     Stream *s = nullptr;
     if (resolve_locked((cudaStream_t)stream, &s) != cudaSuccess) return -1;
     s->held = hold != 0;
+    s->hold_after = -1;
     st.cv.notify_all();
     return 0;
 }
