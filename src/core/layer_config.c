@@ -114,7 +114,8 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *in, m
     if (c.quant_recipe && ctx->backend->quant_recipe_supported &&
         !ctx->backend->quant_recipe_supported(ctx->device_state, c.quant_recipe))
         return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "cfg.quant_recipe = %s: the %s device of this context cannot run "
-                          "it (FP8 needs compute capability 8.9 or newer; MXFP8 and NVFP4 GEMMs need Blackwell, 10.0)",
+                          "it (FP8 tensorwise needs compute capability 8.9 or newer, FP8 blockwise Hopper, 9.x; MXFP8 and NVFP4 "
+                          "need Blackwell, 10.0)",
                           moe_quant_recipe_name(c.quant_recipe), ctx->backend->name);
     L->gated = c.activation == MOE_ACT_SWIGLU || c.activation == MOE_ACT_GEGLU;
     L->H = c.hidden_size;

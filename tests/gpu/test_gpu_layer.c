@@ -410,9 +410,9 @@ START_TEST(graph_replay_equals_eager)
 }
 END_TEST
 
-/* Graphs of an FP8 blockwise layer: the first capture meets the unverified block-scaled pair and is
- * abandoned (gemm_q refuses to probe inside a capture), the call runs eagerly and verifies it, and the
- * graphs captured after that replay the block-scaled matmuls, bitwise equal to eager execution. */
+/* Graphs of an FP8 blockwise layer: the eager warm-up call of each phase (core/graph.c) verifies the
+ * block-scaled pair (gemm_q refuses to probe inside a capture), and the graphs captured after that
+ * replay the block-scaled matmuls, bitwise equal to eager execution. */
 START_TEST(fp8_blockwise_graphs_use_block_scaled)
 {
     int major = 0;
