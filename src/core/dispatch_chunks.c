@@ -1,11 +1,37 @@
 /*
  * Chunked all-to-all dispatch: the chunk plan (counts, group bounds, the map em) and the per-chunk
  * exchanges. Orders are described in dispatch_chunks.h. Collectives, in this order on every rank:
- *   setup:        EP all-to-all of the per-expert counts, [ETP all-gather of them]   (as unchunked)
- *   per chunk:    fwd_start: EP all-to-all (non-blocking); fwd_finish: wait, [ETP all-gather]
- *                 rev_start: [ETP reduce-scatter], EP all-to-all (non-blocking); rev_finish: wait
+ *   setup:      EP all-to-all of the per-expert counts, [ETP all-gather of them]   (as unchunked)
+ *   per chunk:  fwd_start: EP all-to-all (non-blocking); fwd_finish: wait, [ETP all-gather]
+ *               rev_start: [wait EP, ETP all-gather of the next chunk, ETP reduce-scatter],
+ *                          EP all-to-all (non-blocking); rev_finish: wait
  * The pipelines issue them in a fixed order (experts_chunked.c), so ranks agree without timing
  * entering the result: every row lands in a position fixed by the counts alone.
+ *
+ * Ordering rule between communicators (EP x ETP). NCCL User Guide, "Using multiple NCCL communicators
+ * concurrently": NCCL kernels block until their peers arrive, and any CUDA operation may synchronise
+ * the device, so operations of two communicators in flight at once can deadlock; communicators must be
+ * used at different epochs, in the same order on every rank. The rule here:
+ *
+ *   no ETP collective is issued while an EP exchange is in flight: every EP all-to-all started is
+ *   waited for (moe_comm wait) before an ETP all-gather / reduce-scatter is issued.
+ *
+ * The converse holds by construction: the ETP collectives are blocking (complete when their call
+ * returns), so none is in flight when an EP exchange starts. EP exchanges of both directions may be in
+ * flight together (one communicator, ordered by NCCL), and expert compute overlaps them; only the
+ * other communicator's collectives wait. To keep that overlap with ETP > 1, the ETP collectives of a
+ * chunk meet in one epoch, in rev_start, between the chunk's compute and its combine exchange:
+ *   fwd_finish(c)   rows of c (gathered ahead by rev_start(c-1)); fwd_start(c+1): dispatch(c+1) starts
+ *   compute(c)      overlaps dispatch(c+1) and combine(c-1)
+ *   rev_finish(c-1) waits combine(c-1)
+ *   rev_start(c)    waits dispatch(c+1) -> ETP all-gather(c+1) (ahead: pipe[]) -> ETP reduce-scatter(c)
+ *                   -> combine(c) starts, to overlap compute(c+1)
+ * Every rank issues the ETP collectives in the same order: all-gather(0), then per chunk all-gather(c+1),
+ * reduce-scatter(c). A fwd_finish whose rows were not gathered ahead (chunk 0, or another caller order)
+ * waits for any EP exchange in flight itself before its all-gather. The collectives outside the
+ * pipelines (count exchanges, aux loss, gradient reductions) are blocking and come when no pipeline
+ * exchange is in flight (a pipeline ends in rev_finish, or in moe_chunk_drain after a failure). With
+ * ETP = 1 there is no second communicator inside the pipeline, and nothing extra waits.
  *
  * Tape (dbuf): [0] counts and bounds (int64, HOST memory: the host plans the chunks from the copied
  * plan offsets and the exchanged counts), [1] em (device copy, kept for backward; built on the host in
@@ -29,7 +55,12 @@ typedef struct ck_meta {
     int64_t *gc;    /* [Q][gl] */
     int64_t *base;  /* [El][Q][P] first expert row of block (j, q, p) */
     int64_t *sb, *so, *rb, *ro; /* [M] collective scratch, M = max(P, Q) */
+    int64_t *pipe;  /* [3] the running pipeline's ordering state (PIPE_*) */
 } ck_meta;
+
+/* pipe[]: the chunk and row width of the forward exchange last started (fwd_start), and 1 + the chunk
+ * whose forward rows rev_start already received and all-gathered over ETP (0: none) */
+enum { PIPE_FWD_C = 0, PIPE_FWD_W = 1, PIPE_AHEAD = 2, PIPE_LEN = 3 };
 
 int32_t moe_chunks_count(const moe_layer *L)
 {
@@ -40,7 +71,7 @@ static int64_t meta_len(const moe_layer *L)
 {
     int64_t C = moe_chunks_count(L), P = L->ep_size, Q = L->etp_size, El = L->E_local, M = P > Q ? P : Q;
     int64_t gl = 2 + P * El;
-    return 4 + L->E + 3 * (C + 1) + gl + Q * gl + El * Q * P + 4 * M;
+    return 4 + L->E + 3 * (C + 1) + gl + Q * gl + El * Q * P + 4 * M + PIPE_LEN;
 }
 
 static void meta_of(const moe_layer *L, moe_step *s, ck_meta *m)
@@ -68,6 +99,7 @@ static void meta_of(const moe_layer *L, moe_step *s, ck_meta *m)
     m->so = b + M;
     m->rb = b + 2 * M;
     m->ro = b + 3 * M;
+    m->pipe = b + 4 * M;
 }
 
 void moe_chunks_view(moe_layer *L, moe_step *s, moe_chunks *ck)
@@ -228,6 +260,7 @@ int32_t moe_chunks_reserve(moe_layer *L, moe_step *s, const moe_chunks *ck, int6
     ck_meta m;
     meta_of(L, s, &m);
     m.hdr[3] = wmax;
+    for (int i = 0; i < PIPE_LEN; i++) m.pipe[i] = 0; /* a new pipeline: nothing gathered ahead */
     const int slot[4] = {CK_SEND, CK_RECV, CK_GATH, CK_RET};
     const int64_t rows[4] = {ck->R, ck->P > 1 ? ck->N : 0, ck->Q > 1 ? ck->Rx : 0, ck->R};
     for (int i = 0; i < 4; i++) {
@@ -274,7 +307,37 @@ int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     }
     char *recv = (char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * stage_rb(L, s);
     moe_comm *cm = L->ep_comm;
+    m.pipe[PIPE_FWD_C] = c;
+    m.pipe[PIPE_FWD_W] = W;
     return cm->ops->all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd, fl->e);
+}
+
+/* Waits for the EP exchange *rq (if any; cleared first, so that a failure leaves nothing to drain). */
+static int32_t ep_wait(moe_layer *L, moe_comm_request **rq)
+{
+    if (!*rq) return MOE_OK;
+    moe_comm_request *r = *rq;
+    *rq = NULL;
+    moe_comm *cm = L->ep_comm;
+    moe_range_push(L->ctx, "moe.chunked.wait"); /* the exchange time compute did not cover */
+    int32_t st = cm->ops->wait(cm, r);
+    moe_range_pop(L->ctx);
+    return st;
+}
+
+/* Chunk c's forward rows as this rank received them (rows of W reals): its recv slice, or with one EP
+ * rank its plan rows in the send buffer. */
+static const char *fwd_rows(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W)
+{
+    if (ck->P > 1) return (const char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * stage_rb(L, s);
+    return (const char *)s->tape.dbuf[CK_SEND].p + (size_t)moe_step_host_offsets(s)[ck->g0[c]] * (size_t)W *
+                                                       L->ops->elem_size;
+}
+
+/* Chunk c's gath slice (ETP > 1). */
+static char *gath_slice(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c)
+{
+    return (char *)s->tape.dbuf[CK_GATH].p + (size_t)ck->x0[c] * stage_rb(L, s);
 }
 
 /* Byte counts and offsets of each ETP rank's gath block of chunk c (rows of rb bytes). */
@@ -290,32 +353,38 @@ static void etp_blocks(const moe_chunks *ck, const ck_meta *m, int32_t c, int64_
     }
 }
 
+/* ETP all-gather of chunk c's received rows (W reals) into its gath slice. The caller keeps the
+ * ordering rule: no EP exchange in flight. */
+static int32_t etp_gather(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W, const moe_exec *e)
+{
+    ck_meta m;
+    meta_of(L, s, &m);
+    etp_blocks(ck, &m, c, W * (int64_t)L->ops->elem_size);
+    moe_comm *cm = L->etp_comm;
+    return cm->ops->all_gather_v(cm, fwd_rows(L, s, ck, c, W), m.rb[ck->me_q], gath_slice(L, s, ck, c), m.rb, m.ro, e);
+}
+
 int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
                              const void **gath, moe_chunk_flight *fl)
 {
-    const size_t rb = (size_t)W * L->ops->elem_size, srb = stage_rb(L, s);
     ck_meta m;
     meta_of(L, s, &m);
-    const char *recv;
-    if (ck->P > 1) {
-        moe_comm_request *rq = fl->fwd;
-        fl->fwd = NULL;
-        moe_comm *cm = L->ep_comm;
-        moe_range_push(L->ctx, "moe.chunked.wait"); /* the exchange time compute did not cover */
-        int32_t st = cm->ops->wait(cm, rq);
-        moe_range_pop(L->ctx);
-        TRY(st);
-        recv = (const char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * srb;
-    } else {
-        recv = (const char *)s->tape.dbuf[CK_SEND].p + (size_t)moe_step_host_offsets(s)[ck->g0[c]] * rb;
+    if (m.pipe[PIPE_AHEAD] == c + 1) { /* the previous chunk's rev_start received and all-gathered it */
+        m.pipe[PIPE_AHEAD] = 0;
+        *gath = gath_slice(L, s, ck, c);
+        return MOE_OK;
     }
-    *gath = recv;
+    if (ck->P > 1) {
+        if (!fl->fwd || m.pipe[PIPE_FWD_C] != c)
+            return moe_errorf(L->ctx, MOE_ERR_INTERNAL, "chunked all-to-all dispatcher: chunk %d's dispatch is not in "
+                              "flight", c);
+        TRY(ep_wait(L, &fl->fwd));
+    }
+    *gath = fwd_rows(L, s, ck, c, W);
     if (ck->Q > 1) {
-        char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)ck->x0[c] * srb;
-        etp_blocks(ck, &m, c, (int64_t)rb);
-        moe_comm *cm = L->etp_comm;
-        TRY(cm->ops->all_gather_v(cm, recv, m.rb[ck->me_q], g, m.rb, m.ro, fl->e));
-        *gath = g;
+        TRY(ep_wait(L, &fl->rev)); /* the ordering rule: no EP exchange in flight during an ETP collective */
+        TRY(etp_gather(L, s, ck, c, W, fl->e));
+        *gath = gath_slice(L, s, ck, c);
     }
     return MOE_OK;
 }
@@ -335,7 +404,18 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     char *back = ck->P > 1 ? (char *)s->tape.dbuf[CK_RECV].p + (size_t)ck->n0[c] * srb
                            : ret + (size_t)off[ck->g0[c]] * rb;
     if (ck->Q > 1) {
-        char *g = (char *)s->tape.dbuf[CK_GATH].p + (size_t)x0 * srb;
+        /* the ordering rule: wait for the EP exchanges in flight before the ETP collectives. The next
+         * chunk's dispatch (started before this chunk's compute, which it overlapped) is then complete,
+         * so it is all-gathered now, in this ETP epoch, instead of in its fwd_finish, where this chunk's
+         * combine exchange would be in flight. */
+        TRY(ep_wait(L, &fl->rev)); /* none in the pipelines' order: rev_finish(c - 1) came first */
+        if (fl->fwd) {
+            const int32_t cn = (int32_t)m.pipe[PIPE_FWD_C];
+            TRY(ep_wait(L, &fl->fwd));
+            TRY(etp_gather(L, s, ck, cn, m.pipe[PIPE_FWD_W], fl->e));
+            m.pipe[PIPE_AHEAD] = cn + 1;
+        }
+        char *g = gath_slice(L, s, ck, c);
         OP(rows_gather_join, fl->e, n, ck->em + x0, a, ab, b, bb, g);
         etp_blocks(ck, &m, c, W); /* elements */
         moe_comm *cm = L->etp_comm;

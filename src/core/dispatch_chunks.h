@@ -42,11 +42,14 @@ int32_t moe_chunks_setup(moe_layer *L, moe_step *s, const moe_exec *e, moe_chunk
 /* The views of a step whose forward ran moe_chunks_setup. */
 void moe_chunks_view(moe_layer *L, moe_step *s, moe_chunks *ck);
 
-/* Exchange staging for rows of at most wmax reals; released by moe_chunks_release. */
+/* Exchange staging for rows of at most wmax reals; released by moe_chunks_release. Called at the start
+ * of each pipeline (it also resets the pipeline's ordering state). */
 int32_t moe_chunks_reserve(moe_layer *L, moe_step *s, const moe_chunks *ck, int64_t wmax);
 void moe_chunks_release(moe_layer *L, moe_step *s);
 
-/* In-flight exchanges of one pipeline: at most one per direction at a time is waited on. */
+/* In-flight exchanges of one pipeline: at most one per direction at a time is waited on. (Which chunk
+ * the forward exchange in flight carries, and whether rev_start already received and all-gathered it,
+ * is kept in the step's chunk plan: dispatch_chunks.c, the ordering rule.) */
 typedef struct moe_chunk_flight {
     moe_comm_request *fwd, *rev;
     const moe_exec *e; /* the execution context of the pipeline's ops and exchanges */
@@ -61,13 +64,16 @@ int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl);
  * starts the EP all-to-all. */
 int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *tok,
                             const void *extra, int64_t W, moe_chunk_flight *fl);
-/* Waits for chunk c and all-gathers it over ETP; *gath = its rows [n_c, W] in gath order (row i
- * belongs at expert row ck->em[x0[c] + i]), valid until the chunk's reverse exchange starts. */
+/* Waits for chunk c and all-gathers it over ETP (unless the previous chunk's rev_start already did);
+ * *gath = its rows [n_c, W] in gath order (row i belongs at expert row ck->em[x0[c] + i]),
+ * valid until the chunk's reverse exchange starts. */
 int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
                              const void **gath, moe_chunk_flight *fl);
 /* Reverse direction, chunk c: expert rows [a | b] of group c (a [Rx, Wa] and b [Rx, Wb] in expert
  * order, b NULL when Wb = 0), partial over ETP -> ETP reduce-scatter -> starts the EP all-to-all back
- * to the senders, which receive them at their plan positions. */
+ * to the senders, which receive them at their plan positions. With ETP > 1 it first waits for the
+ * EP exchanges in flight (the ordering rule of dispatch_chunks.c): the next chunk's forward exchange,
+ * which it then all-gathers over ETP ahead of that chunk's fwd_finish. */
 int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, const void *a, int64_t Wa,
                             const void *b, int64_t Wb, moe_chunk_flight *fl);
 int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl);
