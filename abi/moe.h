@@ -341,13 +341,17 @@ MOE_API int32_t moe_layer_has_param(const moe_layer *layer, int32_t slot);
 MOE_API int32_t moe_layer_param(moe_layer *layer, int32_t slot, DLManagedTensor **out);
 MOE_API int32_t moe_layer_grad(moe_layer *layer, int32_t slot, DLManagedTensor **out);
 /* Copies a host tensor into a parameter slot (same shape; same dtype, or fp32 into a bf16 slot with
- * round-to-nearest-even). Any strides are accepted. */
+ * round-to-nearest-even). Any strides are accepted. Runs after the layer's earlier calls on any stream and
+ * before its later ones; src has been read when it returns (docs/cuda.md, "Streams and devices"). */
 MOE_API int32_t moe_layer_import_param(moe_layer *layer, int32_t slot, const DLTensor *src);
-/* Copies a parameter (grad = 0) or its gradient (grad = 1) into a caller tensor of the same shape and dtype. */
+/* Copies a parameter (grad = 0) or its gradient (grad = 1) into a caller tensor of the same shape and dtype.
+ * Copies what the layer's earlier calls on any stream left; dst is written when it returns. */
 MOE_API int32_t moe_layer_export_param(moe_layer *layer, int32_t slot, int32_t grad, DLTensor *dst);
 /* Deterministic initialisation from a seed, independent of the thread count:
  * router and FC1 ~ U(-1/sqrt(H), 1/sqrt(H)), FC2 ~ U(-1/sqrt(F), 1/sqrt(F)), shared alike, bias 0. */
 MOE_API int32_t moe_layer_init_params(moe_layer *layer, uint64_t seed);
+/* Zeroes every gradient on the context's stream, after the layer's earlier calls on any stream and before
+ * its later ones; returns without waiting. */
 MOE_API int32_t moe_layer_zero_grad(moe_layer *layer);
 enum { MOE_GRAD_ACCUMULATE = 0 /* default: backward adds into the gradients */, MOE_GRAD_OVERWRITE = 1 };
 MOE_API int32_t moe_layer_set_grad_mode(moe_layer *layer, int32_t mode);
@@ -423,7 +427,9 @@ MOE_API void moe_step_destroy(moe_step *step);
 
 /* x [T, H] and y [T, H] in the layer's param_dtype (fp32, bf16 or fp64), on the layer's device,
  * contiguous row-major (strides NULL or compact); any T >= 0. y is overwritten. stream: NULL = the
- * context's stream (ignored on CPU). Router arithmetic is fp32 whatever the dtype (fp64 for FP64). */
+ * context's stream (ignored on CPU), else a stream of the context's device; whichever it names, the call
+ * runs after the layer's earlier calls and before its later ones (docs/cuda.md, "Streams and devices").
+ * Router arithmetic is fp32 whatever the dtype (fp64 for FP64). */
 MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream);
 /* Full backward: dx [T, H] is overwritten; parameter gradients are accumulated (or overwritten, per
  * the grad mode). Aux and z-loss gradients are added into the router's, times the step's aux-loss
@@ -463,7 +469,7 @@ typedef struct moe_routing_stats {
  * (the struct has no api_version: the engine writes it, the host only says how large it is). */
 MOE_API int32_t moe_routing_stats_init(moe_routing_stats *stats, size_t struct_size);
 /* stats->struct_size is set by the caller (0.1 hosts: 64); the engine fills n = min(struct_size, its
- * size) bytes and sets struct_size = n. */
+ * size) bytes and sets struct_size = n. Reads the step's last forward, on whatever stream it ran. */
 MOE_API int32_t moe_step_routing_stats(const moe_step *step, moe_routing_stats *stats);
 
 enum {
@@ -473,18 +479,21 @@ enum {
     MOE_ROUTING_KEPT_PER_EXPERT = 3,   /* [E] int64, after capacity dropping */
     MOE_ROUTING_DROPPED_MASK = 4       /* [T, K] uint8, 1 = dropped */
 };
-/* Exports a copy of one routing result of the last forward on this step (owned by the caller). */
+/* Exports a copy of one routing result of the last forward on this step (owned by the caller), in host
+ * memory, complete when it returns, whatever stream that forward ran on. */
 MOE_API int32_t moe_step_export_routing(const moe_step *step, int32_t what, DLManagedTensor **out);
 
 /* ---------------------------------------------------------------- expert bias (aux-loss-free balancing) */
 /* Copies the tokens each expert received (after dropping) in the training forwards since the last
- * update into out ([E] int64). Hosts sum these over the data-parallel group before the update. */
+ * update into out ([E] int64). Hosts sum these over the data-parallel group before the update. Counts
+ * the layer's earlier calls on any stream; out is written when it returns. */
 MOE_API int32_t moe_layer_expert_counts(const moe_layer *layer, DLTensor *out);
 /* b_i += u * sign(mean(n) - n_i), n = counts ([E] int64, already summed) or the layer's own counts
- * when counts is NULL; then resets the layer's counts. */
+ * when counts is NULL; then resets the layer's counts. Queued on the context's stream after the layer's
+ * earlier calls on any stream (counts has been read when it returns). */
 MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *counts);
 /* MOE_AUX_GLOBAL: clears the counts accumulated over the micro-batches of a global batch. Call after
- * the optimizer step. */
+ * the optimizer step. Queued on the context's stream after the layer's earlier calls on any stream. */
 MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
 
 /* ================================================================ communicators (0.2)
@@ -673,7 +682,8 @@ MOE_API int32_t moe_dispatcher_dispatch(moe_dispatcher *d, const DLTensor *x, co
  * assignments dropped by capacity and padding rows added (any pointer may be NULL). */
 MOE_API int32_t moe_dispatch_info(const moe_dispatch *h, int64_t *num_rows, int64_t *dropped, int64_t *padded);
 /* Copies the received rows out: x_rows [Rx,H] (dtype), row_probs [Rx] (dtype), tokens_per_expert
- * [E_local] int64 (rows per local expert, summing to Rx). Each may be NULL. */
+ * [E_local] int64 (rows per local expert, summing to Rx). Each may be NULL. Runs after the dispatcher's
+ * earlier calls (the dispatch), whatever streams they named; the tensors are written when it returns. */
 MOE_API int32_t moe_dispatch_rows(const moe_dispatch *h, DLTensor *x_rows, DLTensor *row_probs,
                                   DLTensor *tokens_per_expert);
 MOE_API int32_t moe_dispatch_combine(moe_dispatch *h, const DLTensor *y_rows, DLTensor *y, void *stream);
