@@ -1,4 +1,5 @@
 /* Context lifetime, configuration and memory statistics. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -94,11 +95,15 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
     if (be->workspace_bytes > 0) {
         ctx->workspace = moe_mem_alloc(ctx, be->workspace_bytes, MOE_MEM_WORKSPACE);
         if (!ctx->workspace) {
+            /* why (out of memory, or a hook that broke its contract) is on ctx: pass it on */
+            char why[MOE_ERROR_CAP];
+            snprintf(why, sizeof why, "%s", ctx->last_error);
+            const int32_t st_ws = strstr(why, "moe_allocator.alloc returned") ? MOE_ERR_CALLBACK : MOE_ERR_OUT_OF_MEMORY;
             /* a failed create retains nothing: the host still owns its hooks' user_data */
             ctx->has_allocator = ctx->has_logger = ctx->has_profiler = 0;
             moe_context_release_ref(ctx);
-            return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "moe_context_create: no memory for the %zu-byte %s workspace",
-                              be->workspace_bytes, be->name);
+            return moe_errorf(NULL, st_ws, "moe_context_create: the %zu-byte %s workspace: %s", be->workspace_bytes,
+                              be->name, why);
         }
         if (be->caps & MOE_BACKEND_CAP_ASYNC) { /* the context's stream's slot (core/entry.h) */
             ctx->ws[0] = (moe_ws_slot){ctx->stream, ctx->workspace, NULL, 0};

@@ -31,8 +31,9 @@ typedef struct moe_pending_free {
     void *event; /* owned */
 } moe_pending_free;
 
-/* One cached free block of the built-in pool: freed on `stream`, reusable there at once (stream
- * order) and on another stream once `event` (recorded at the free) has passed. */
+/* One cached free block of the built-in pool: freed on `stream` (allocator.c: reusable at once only
+ * on the context's own stream; a host stream's handle is kept only to compare, its `event` waited for
+ * first), on any other stream once `event` (recorded at the free) has passed. */
 typedef struct moe_pool_block {
     void *ptr;
     size_t bytes;
@@ -106,7 +107,7 @@ struct moe_context {
 };
 
 /* ---- memory (src/mem/allocator.c): device memory of the context's backend ---- */
-/* 64-byte aligned; charged to category; ordered on ctx->cur_stream. Returns NULL on failure (and
+/* 256-byte aligned; charged to category; ordered on ctx->cur_stream. Returns NULL on failure (and
  * records an error on ctx). */
 void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category);
 /* The size the pool allocates (and the ledger charges) for a request of `bytes` (src/plan mirrors the

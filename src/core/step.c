@@ -57,7 +57,9 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
 void moe_step_free_tape(moe_step *step)
 {
     moe_offload_release(step); /* no copy on the copy stream may still touch what is freed here */
-    step->layer->ctx->cur_stream = step->stream;
+    /* freed in the order of the current stream: an entry point's (ordered after the layer's earlier
+     * calls, core/entry.h) or, at teardown, the context's own, ordered after the layer's last call; never
+     * step->stream, a host handle that may be dead by now */
     moe_buf *first = (moe_buf *)&step->tape;
     size_t count = sizeof step->tape / sizeof(moe_buf);
     for (size_t i = 0; i < count; i++) moe_buf_release(step->layer->ctx, &first[i]);

@@ -968,20 +968,30 @@ ncclResult_t issue(Desc d, ncclComm_t comm, cudaStream_t stream)
         size_t es = type_size(d.dt), one = d.count * es, all = one * (size_t)n;
         struct Need { const void *p; size_t bytes; const char *name; };
         std::vector<Need> need;
+        /* push_back, not list assignment: GCC 12's -Wnonnull misfires on the latter at -O2 */
         switch (d.kind) {
-        case K_ALLREDUCE: need = {{d.send, one, "sendbuff"}, {d.recv, one, "recvbuff"}}; break;
+        case K_ALLREDUCE:
+            need.push_back({d.send, one, "sendbuff"});
+            need.push_back({d.recv, one, "recvbuff"});
+            break;
         case K_BROADCAST:
-            need = {{d.recv, one, "recvbuff"}};
+            need.push_back({d.recv, one, "recvbuff"});
             if (c->rank == d.root) need.push_back({d.send, one, "sendbuff"});
             break;
         case K_REDUCE: /* nccl.h ncclReduce: "recvbuff may be NULL on all calls except for root device" */
-            need = {{d.send, one, "sendbuff"}};
+            need.push_back({d.send, one, "sendbuff"});
             if (c->rank == d.root) need.push_back({d.recv, one, "recvbuff"});
             break;
-        case K_ALLGATHER: need = {{d.send, one, "sendbuff"}, {d.recv, all, "recvbuff"}}; break;
-        case K_REDUCESCATTER: need = {{d.send, all, "sendbuff"}, {d.recv, one, "recvbuff"}}; break;
-        case K_SEND: need = {{d.send, one, "sendbuff"}}; break;
-        case K_RECV: need = {{d.recv, one, "recvbuff"}}; break;
+        case K_ALLGATHER:
+            need.push_back({d.send, one, "sendbuff"});
+            need.push_back({d.recv, all, "recvbuff"});
+            break;
+        case K_REDUCESCATTER:
+            need.push_back({d.send, all, "sendbuff"});
+            need.push_back({d.recv, one, "recvbuff"});
+            break;
+        case K_SEND: need.push_back({d.send, one, "sendbuff"}); break;
+        case K_RECV: need.push_back({d.recv, one, "recvbuff"}); break;
         }
         for (const Need &x : need) {
             devsim::MemInfo mi = devsim::lookup(x.p, x.bytes);

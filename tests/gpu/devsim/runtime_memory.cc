@@ -13,8 +13,8 @@
  *    another stream only once the free has executed. Physical memory of a free that has not executed
  *    is not available to other streams (an allocation that needs it fails with
  *    cudaErrorMemoryAllocation);
- *  - cudaFree and cudaFreeHost wait for the device's queued work before they free (implicit
- *    synchronisation), then poison;
+ *  - cudaFree waits for its device's queued work before it frees (implicit synchronisation), and
+ *    cudaFreeHost for the current device's, then poison;
  *  - cudaMemcpy (legacy stream): pageable host to device "returns once the pageable buffer has been
  *    copied to the staging memory ... but the DMA to final destination may not have completed";
  *    pinned host to device and device to host return when the copy is done; device to device and
@@ -170,7 +170,10 @@ static void free_now(std::unique_lock<std::mutex> &lk, Alloc *a)
 {
     State &st = state();
     a->live = false;
-    wait_device(lk, a->kind == MEM_DEVICE ? a->device : -1);
+    /* the allocation's device, or for pinned memory the caller's current device: a free synchronises
+     * the context it runs in, not every GPU of the process (ranks driven by other threads may be
+     * waiting in collectives for this one) */
+    wait_device(lk, a->kind == MEM_DEVICE ? a->device : thread_device());
     std::memset(a->base, POISON, a->cap);
     if (a->kind == MEM_DEVICE) {
         st.dev[(size_t)a->device].live_bytes -= a->cap;

@@ -26,8 +26,8 @@
  * inside the pipeline; the NCCL stand-in rejects an operation issued on one communicator while one of
  * another communicator of the same device is in flight (NCCL User Guide, "Using multiple NCCL
  * communicators concurrently"), so these cases check the pipeline's ordering rule (dispatch_chunks.c).
- * Runs of the UNCHUNKED dispatcher with ETP > 1 are skipped unless MOE_TEST_EP_UNCHUNKED_ETP=1 (they can
- * deadlock on the simulator: see g_unchunked_etp below).
+ * Runs of the UNCHUNKED dispatcher with ETP > 1 run by default (MOE_TEST_EP_UNCHUNKED_ETP=0 skips them;
+ * see g_unchunked_etp below).
  *
  * Usage: test_devsim_ep [case index]
  * Prints one line per case ("ok" / "FAIL" / "skip") and "N passed, M failed" last; exit 0 iff none failed.
@@ -70,9 +70,10 @@ typedef struct test_case {
  * setup (src/core/dispatch_all_to_all.c, setup(): tape.dbuf[HOST_MAP] reserved for N rows, then grown to
  * Rx rows after the ETP count gather) frees pinned host memory (cudaFreeHost) between collectives, and
  * the simulator's cudaFreeHost waits for the queued work of every device (runtime_memory.cc, free_now),
- * which with ranks as threads includes a peer's NCCL all-to-all that waits for this rank. Those runs
- * (the unchunked EP x ETP layer, and the unchunked reference of the chunked EP x ETP cases) are skipped
- * unless MOE_TEST_EP_UNCHUNKED_ETP=1. */
+ * which with ranks as threads included a peer's NCCL all-to-all that waits for this rank: a deadlock of
+ * the simulator, not of libmoe (cudaFreeHost synchronises the context it runs in). The simulator now
+ * waits for the current device only, and those runs are on by default; MOE_TEST_EP_UNCHUNKED_ETP=0
+ * skips them. */
 static int g_unchunked_etp;
 
 static int unchunked_ok(const test_case *c) { return c->etp == 1 || g_unchunked_etp; }
@@ -778,7 +779,7 @@ int main(int argc, char **argv)
     /* four simulated devices, one per rank; read at the first CUDA call */
     setenv("MOE_DEVSIM_DEVICES", "4", 1);
     const char *u = getenv("MOE_TEST_EP_UNCHUNKED_ETP");
-    g_unchunked_etp = u && atoi(u) == 1;
+    g_unchunked_etp = !(u && atoi(u) == 0);
     /* np, ep, etp, mode, shared, chunks, zero_rank; E = 8: E_local = 4 (EP 2) or 2 (EP 4), and chunks
      * are clamped to E_local */
     static const test_case cases[] = {
