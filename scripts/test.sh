@@ -4,9 +4,12 @@
 #   2. build/       Release, -Werror, CUDA detected (nvcc put on PATH): library (CUDA backend for
 #                   90a-real;100a-real;90-virtual), tests, examples, benchmarks; the ptxas register
 #                   report of every kernel (build/ptxas-sm90a.md, fails on spills); then ctest (the
-#                   kernel simulator's harness runs included; GPU-labelled tests only where a GPU is)
+#                   kernel simulator's harness runs included; the device simulator's tests, label
+#                   devsim: the CUDA host code, NCCL communicator, pool and graphs on stand-ins for
+#                   the CUDA runtime, cuBLASLt and NCCL; GPU-labelled tests only where a GPU is), and
+#                   the devsim line coverage of the CUDA host code (scripts/devsim-coverage.sh, >= 90%)
 #   3. build-asan/  Debug with AddressSanitizer + UBSan, library and tests; ctest -L unit (leaks
-#                   checked), then ctest -L mpi with 2 threads per rank
+#                   checked), ctest -L devsim, then ctest -L mpi with 2 threads per rank
 #      valgrind     every unit-labelled test of build/ under valgrind memcheck (tests/valgrind/run.sh:
 #                   leaks and memory errors, third-party suppressions only; one line per test)
 #      build-fuzz/  fuzz (libFuzzer, ASan+UBSan): tests/fuzz/run.sh 60 builds the harnesses with
@@ -62,7 +65,7 @@ done_section "$current"
 # ---------------------------------------------------------------- 2. main build + tests
 current="build (Release, -Werror)"; section "$current"
 # -g: debug info for the ABI check (stage 5); it does not change the generated code
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON -DCMAKE_C_FLAGS=-g
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMOE_WERROR=ON -DCMAKE_C_FLAGS=-g -DMOE_DEVSIM_COVERAGE=ON
 cmake --build build -j "$jobs"
 done_section "$current"
 
@@ -80,6 +83,14 @@ if ((have_gpu == 0)); then ctest_args+=(-LE gpu); fi
 # Check's 4 s per test is tight for the layer tests on a loaded 2-core machine
 CK_TIMEOUT_MULTIPLIER=3 ctest "${ctest_args[@]}"
 done_section "$current"
+# the device simulator's tests ran in that ctest (label devsim): their count, and the line coverage
+# of the CUDA host code they exercised (scripts/devsim-coverage.sh; fails below 90%)
+current="device simulator: coverage"; section "$current"
+devsim_tests=$(ctest --test-dir build -N -L devsim | sed -n 's/^Total Tests: //p')
+echo "device simulator: $devsim_tests tests (label devsim) ran in the ctest stage above"
+bash scripts/devsim-coverage.sh build | tee build/devsim-coverage.txt
+done_section "$current"
+results+=("  devsim: ${devsim_tests} tests; $(grep -E '^devsim coverage:' build/devsim-coverage.txt)")
 
 # ---------------------------------------------------------------- 3. sanitizers
 current="build (ASan+UBSan, Debug)"; section "$current"
@@ -101,6 +112,14 @@ if [[ -f "$root/tests/lsan.supp" ]]; then
 fi
 ctest --test-dir build-asan --output-on-failure --no-tests=error -L unit
 unset LSAN_OPTIONS CK_TIMEOUT_MULTIPLIER
+done_section "$current"
+
+current="ctest -L devsim (build-asan/)"; section "$current"
+# the CUDA host code on the device simulator under ASan+UBSan: its stream workers, fibers and the
+# engine's error paths; the harness takes its light cases (MOE_DEVSIM_HARNESS_ARGS), and the simulator's
+# random delays are shorter (the sanitizers slow every operation down already)
+MOE_DEVSIM_DELAY_US=50 CK_TIMEOUT_MULTIPLIER=10 \
+  ctest --test-dir build-asan --output-on-failure --no-tests=error -L devsim
 done_section "$current"
 
 current="ctest -L mpi (build-asan/, 2 threads)"; section "$current"
