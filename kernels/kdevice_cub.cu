@@ -1,5 +1,6 @@
 /* The device-wide primitives of kdevice.h on CUDA: CUB, temporary storage from ex->workspace.
- * (Not compiled into the simulator: tests/gpu/sim/sim_device.cc implements kdevice.h there.) */
+ * (The kernel simulator implements kdevice.h in tests/gpu/sim/sim_device.cc; the device simulator
+ * compiles this very file over its CUB stand-in, tests/gpu/devsim/cub/.) */
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
@@ -7,8 +8,11 @@
 
 namespace MOE_KNS {
 
+/* A failed call's error is also the thread's last CUDA error: clear it, or the next launch's status
+ * check (cudaGetLastError) reports it as its own. */
 static int32_t cub_failed(const char *what, cudaError_t e)
 {
+    (void)cudaGetLastError();
     return moe_errorf(NULL, MOE_ERR_BACKEND, "%s: %s", what, cudaGetErrorString(e));
 }
 
@@ -17,13 +21,13 @@ int32_t dev_exclusive_scan_i64(const moe_exec *ex, const int64_t *in, int64_t *o
     cudaStream_t s = (cudaStream_t)ex->stream;
     size_t need = 0;
     cudaError_t e = cub::DeviceScan::InclusiveSum(nullptr, need, in, out + 1, n, s);
-    if (e != cudaSuccess) return moe_errorf(NULL, MOE_ERR_BACKEND, "cub::DeviceScan: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) return cub_failed("cub::DeviceScan", e);
     if (need > ex->workspace_bytes)
         return moe_errorf(NULL, MOE_ERR_OUT_OF_MEMORY, "cub::DeviceScan over %lld items needs %zu bytes of workspace, "
                           "the context has %zu", (long long)n, need, ex->workspace_bytes);
     e = cudaMemsetAsync(out, 0, sizeof *out, s);
     if (e == cudaSuccess) e = cub::DeviceScan::InclusiveSum(ex->workspace, need, in, out + 1, n, s);
-    if (e != cudaSuccess) return moe_errorf(NULL, MOE_ERR_BACKEND, "cub::DeviceScan: %s", cudaGetErrorString(e));
+    if (e != cudaSuccess) return cub_failed("cub::DeviceScan", e);
     return MOE_OK;
 }
 

@@ -709,7 +709,7 @@ struct Work {
 bool still_device(const void *p, uint64_t bytes)
 {
     if (!p || bytes == 0) return true;
-    return devsim::lookup(p, bytes).kind == devsim::MEM_DEVICE;
+    return devsim::device_at_run(p, (size_t)bytes); /* a free queued after this work has not run yet */
 }
 
 /* Decodes op(X) of one batch into rows of k floats: out[outer * k + p]. A: outer = i (m), B: outer = j (n). */

@@ -86,6 +86,10 @@ struct MemInfo {
 /* The live allocation that holds all of [p, p + bytes) (bytes 0: holds p). Memory not returned by
  * the simulator (malloc, stack) is MEM_UNKNOWN: pageable host memory. */
 MemInfo lookup(const void *p, size_t bytes);
+/* For work running on a stream's worker: true when [p, p + bytes) lies inside one device allocation
+ * that is live or whose stream-ordered free has not executed yet (the host's cudaFreeAsync call makes
+ * a pointer unusable for later API calls at once, but work queued before the free still owns it). */
+bool device_at_run(const void *p, size_t bytes);
 /* cudaSuccess when [p, p + bytes) lies inside one live device allocation; otherwise records and
  * returns cudaErrorInvalidValue with a message naming `what` (e.g. "cublasLtMatmul: A"). */
 cudaError_t check_device(const void *p, size_t bytes, const char *what);

@@ -126,6 +126,14 @@ MemInfo lookup(const void *p, size_t bytes)
     return m;
 }
 
+bool device_at_run(const void *p, size_t bytes)
+{
+    std::lock_guard<std::mutex> g(state().mu);
+    Alloc *a = containing(p);
+    if (!a || a->kind != MEM_DEVICE || (uintptr_t)p + bytes > (uintptr_t)a->base + a->size) return false;
+    return a->live || (a->freed.s && a->freed.s->done < a->freed.seq);
+}
+
 cudaError_t check_device(const void *p, size_t bytes, const char *what)
 {
     std::lock_guard<std::mutex> g(state().mu);
