@@ -116,9 +116,10 @@ done_section "$current"
 
 current="ctest -L devsim (build-asan/)"; section "$current"
 # the CUDA host code on the device simulator under ASan+UBSan: its stream workers, fibers and the
-# engine's error paths; the harness takes its light cases (MOE_DEVSIM_HARNESS_ARGS), and the simulator's
-# random delays are shorter (the sanitizers slow every operation down already)
-MOE_DEVSIM_DELAY_US=50 CK_TIMEOUT_MULTIPLIER=10 \
+# engine's error paths; the harness takes its light cases (MOE_DEVSIM_HARNESS_ARGS), the layer test its
+# smaller FP8 shapes (MOE_TEST_LIGHT), and the simulator's random delays are shorter (the sanitizers
+# slow every operation down already)
+MOE_DEVSIM_DELAY_US=50 CK_TIMEOUT_MULTIPLIER=10 MOE_TEST_LIGHT=1 \
   ctest --test-dir build-asan --output-on-failure --no-tests=error -L devsim
 done_section "$current"
 

@@ -29,6 +29,10 @@ enum { E = 8, K = 2, FS = 32 };
  * apply to (Check runs each test in its own process) */
 static int64_t T = 200, H = 64, F = 48;
 
+/* T = H = F of the FP8 blockwise tests: multiples of 128 (the block size); 256 gives every GEMM
+ * several blocks per side, 128 (MOE_TEST_LIGHT=1: the sanitizer runs on the device simulator) one. */
+static int64_t fp8_size(void) { return tu_light() ? 128 : 256; }
+
 typedef struct side {
     moe_context *ctx;
     moe_layer *layer;
@@ -347,7 +351,7 @@ START_TEST(fp8_blockwise_matches_cpu)
     ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
     if (major < 9) return;
     const int64_t t0 = T, h0 = H, f0 = F; /* restored: CK_FORK=no runs every test in one process */
-    T = 256, H = 256, F = 256;
+    T = H = F = fp8_size();
     moe_layer_config c = config(MOE_DTYPE_FP32, 0);
     c.quant_recipe = MOE_QUANT_FP8_BLOCKWISE;
     moe_lt_probe probe;
@@ -419,7 +423,7 @@ START_TEST(fp8_blockwise_graphs_use_block_scaled)
     ck_assert_int_eq(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
     if (major < 9) return;
     const int64_t t0 = T, h0 = H, f0 = F;
-    T = 256, H = 256, F = 256;
+    T = H = F = fp8_size();
     moe_layer_config c = config(MOE_DTYPE_FP32, 1);
     c.quant_recipe = MOE_QUANT_FP8_BLOCKWISE;
     moe_lt_probe probe;
