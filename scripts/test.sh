@@ -120,7 +120,7 @@ current="ctest -L devsim (build-asan/)"; section "$current"
 # smaller FP8 shapes (MOE_TEST_LIGHT), and the simulator's random delays are shorter (the sanitizers
 # slow every operation down already)
 MOE_DEVSIM_DELAY_US=50 CK_TIMEOUT_MULTIPLIER=10 MOE_TEST_LIGHT=1 \
-  ctest --test-dir build-asan --output-on-failure --no-tests=error -L devsim
+  ctest --test-dir build-asan --output-on-failure --no-tests=error -L devsim -j2
 done_section "$current"
 
 current="ctest -L mpi (build-asan/, 2 threads)"; section "$current"
