@@ -79,11 +79,13 @@ fi
 
 current="ctest (build/)"; section "$current"
 ctest_args=(--test-dir build --output-on-failure --no-tests=error)
-if ((have_gpu == 0)); then ctest_args+=(-LE gpu); fi
+if ((have_gpu == 0)); then ctest_args+=(-LE 'gpu|devsim'); else ctest_args+=(-LE devsim); fi
 # Check's 4 s per test is tight for the layer tests on a loaded 2-core machine
 CK_TIMEOUT_MULTIPLIER=3 ctest "${ctest_args[@]}"
+# the device simulator's tests (label devsim), two at a time: their streams mostly wait
+CK_TIMEOUT_MULTIPLIER=3 ctest --test-dir build --output-on-failure --no-tests=error -L devsim -j2
 done_section "$current"
-# the device simulator's tests ran in that ctest (label devsim): their count, and the line coverage
+# the device simulator's tests ran in that stage (label devsim): their count, and the line coverage
 # of the CUDA host code they exercised (scripts/devsim-coverage.sh; fails below 90%)
 current="device simulator: coverage"; section "$current"
 devsim_tests=$(ctest --test-dir build -N -L devsim | sed -n 's/^Total Tests: //p')
