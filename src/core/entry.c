@@ -125,10 +125,10 @@ void moe_call_order_release(moe_context *ctx, moe_call_order *o)
 
 void moe_ws_release(moe_context *ctx)
 {
+    ctx->cur_stream = ctx->stream; /* the slots are freed in the context's own stream's order */
+    const moe_exec ex = moe_context_exec(ctx, NULL);
     for (int32_t i = 0; i < ctx->ws_count; i++) {
         moe_ws_slot *w = &ctx->ws[i];
-        moe_exec ex = moe_context_exec(ctx, NULL);
-        ctx->cur_stream = ctx->stream;
         if (w->event) {
             (void)ctx->backend->event_sync(&ex, w->event); /* its last user may be a host stream */
             ctx->backend->event_destroy(&ex, w->event);
