@@ -9,6 +9,9 @@ set -euo pipefail
 build=${1:?usage: devsim-coverage.sh BUILD_DIR [MIN_PERCENT]}
 min=${2:-90}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# absolute: gcov runs in a scratch directory (its -n still opens files there), so a relative build
+# directory would name nothing
+build=$(cd "$build" 2>/dev/null && pwd) || { echo "devsim-coverage: build directory ${1} not found" >&2; exit 2; }
 objdir="$build/tests/gpu/devsim/CMakeFiles/moe_devsim_core.dir/__/__/__"
 files=(src/backend/cuda/cuda_backend.c src/backend/cuda/gemm_lt.c src/backend/cuda/gemm_q.c
        src/comm/comm_nccl.c src/mem/allocator.c src/core/graph.c src/core/entry.c)
@@ -27,9 +30,23 @@ for f in "${files[@]}"; do
     echo "devsim-coverage: no coverage data for $f (did the devsim tests run in $build?)" >&2
     exit 2
   fi
-  out=$(cd "$tmp" && gcov -n -o "$o/$(basename "$f").o" "$root/$f" 2>/dev/null | awk -v want="$root/$f" '
+  # gcov's output goes to files, not a pipe: its exit status and messages are reported, never lost
+  # (a pipe into an awk that stops early can end gcov with SIGPIPE, which pipefail turns into a
+  # silent exit of this script)
+  if ! (cd "$tmp" && gcov -n -o "$o/$(basename "$f").o" "$root/$f" >"$tmp/gcov.out" 2>"$tmp/gcov.err"); then
+    echo "devsim-coverage: gcov failed on $f:" >&2
+    cat "$tmp/gcov.err" "$tmp/gcov.out" >&2
+    exit 2
+  fi
+  out=$(awk -v want="$root/$f" '
     /^File / { gsub(/\047/, "", $2); cur = $2 }
-    /^Lines executed:/ && cur == want { sub(/Lines executed:/, ""); split($0, a, "% of "); print a[1], a[2]; exit }')
+    /^Lines executed:/ && cur == want && !done { sub(/Lines executed:/, ""); split($0, a, "% of "); print a[1], a[2]; done = 1 }' \
+    "$tmp/gcov.out")
+  if [[ -z "$out" ]]; then
+    echo "devsim-coverage: gcov printed no line count for $root/$f:" >&2
+    cat "$tmp/gcov.err" "$tmp/gcov.out" >&2
+    exit 2
+  fi
   pct=${out% *}
   n=${out#* }
   h=$(awk -v p="$pct" -v n="$n" 'BEGIN { printf "%d", p * n / 100 + 0.5 }')
