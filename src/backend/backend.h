@@ -44,6 +44,10 @@ struct moe_backend {
     const char *name;    /* "cpu", "cuda" */
     int32_t device_type; /* MOE_DEVICE_* (= the DLPack device type its tensors carry) */
     uint32_t caps;       /* MOE_BACKEND_CAP_* */
+    /* Where bf16 x bf16 being the fast path depends on the machine (the CPU: bf16 dot products, AMX),
+     * 1 when it is now; NULL: MOE_BACKEND_CAP_BF16_GEMM alone says. Read it through
+     * moe_backend_bf16_gemm_fast. */
+    int32_t (*bf16_gemm_fast)(void);
 
     /* The op table that computes in dtype (MOE_DTYPE_FP32 or MOE_DTYPE_FP64); NULL if there is none. */
     const moe_ops *(*ops)(int32_t dtype);
@@ -112,6 +116,9 @@ struct moe_backend {
 
 /* The backend of a MOE_DEVICE_* in this build; NULL when it was not built (src/backend/backend.c). */
 const moe_backend *moe_backend_for_device(int32_t device_type);
+/* 1 when bf16 x bf16 GEMMs are b's fast path (MOE_BACKEND_CAP_BF16_GEMM, or b->bf16_gemm_fast says so
+ * on this machine): bf16 layers then run their expert weight-gradient GEMMs on bf16 operands. */
+int moe_backend_bf16_gemm_fast(const moe_backend *b);
 
 /* The CPU backend (src/backend/cpu/cpu_backend.c), always built. */
 extern const moe_backend moe_backend_cpu;

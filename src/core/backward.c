@@ -147,16 +147,17 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
 }
 
 /* The unquantised expert weight gradients: dW2_e += dY_e^T h_e, dW1_e += dz_e^T x_e. Both operands are
- * activations in the compute dtype, for bf16 layers too, on backends whose fast path is fp32 (the
- * CPU: in bf16 these GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where bf16 x bf16 is the
- * fast path (tensor cores, MOE_BACKEND_CAP_BF16_GEMM) bf16 layers round them to bf16 first. The main
- * gradients are fp32 either way. */
+ * activations in the compute dtype, for bf16 layers too, where the backend's fast path is fp32 (a CPU
+ * without bf16 dot products: there bf16 GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where
+ * bf16 x bf16 is the fast path (tensor cores; a CPU with avx512_bf16 or AMX:
+ * moe_backend_bf16_gemm_fast) bf16 layers round them to bf16 first. The main gradients are fp32 either
+ * way. */
 static int32_t expert_weight_grads(moe_layer *L, moe_step *step, const moe_exec *e, double beta, const void *xr)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
     const int32_t cdt = L->ops->dtype;
-    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && (L->ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM);
+    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(L->ctx->backend);
     const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = xr;
     int32_t wdt = cdt;
     if (bf16_ops && Rx > 0) {

@@ -131,7 +131,7 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
     a = A(a, charged(max64(M(T, H), rx), es));                                 /* tok (its forward size replaced) */
     if (Fs > 0) a = A(a, A(charged(M(T, Fs1), es), charged(T, es)));           /* dzs, dgate */
     if (L.dtype != L.ops->dtype) a = A(a, charged(M(T, H), es));               /* dxtmp */
-    if (L.dtype == MOE_DTYPE_BF16 && (ctx->backend->caps & MOE_BACKEND_CAP_BF16_GEMM) && rx > 0)
+    if (L.dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(ctx->backend) && rx > 0)
         a = A(a, M(2, charged(M(rx, max64(max64(H, F1), F)), 2)));             /* wg16[2] of backward_weights */
 
     const int64_t persistent = A(A(A(w, g), ws_ctx), ws_layer);

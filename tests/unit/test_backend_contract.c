@@ -176,8 +176,8 @@ START_TEST(pool_steady_state_and_trim)
 }
 END_TEST
 
-/* A backend whose fast path is bf16 x bf16 (MOE_BACKEND_CAP_BF16_GEMM) gets bf16 operands for a bf16
- * layer's expert weight gradients: the gradients then differ from the fp32-operand ones, but only
+/* A backend whose fast path is bf16 x bf16 (MOE_BACKEND_CAP_BF16_GEMM, or bf16_gemm_fast: the CPU with
+ * bf16 dot products) gets bf16 operands for a bf16 layer's expert weight gradients: the gradients then differ from the fp32-operand ones, but only
  * within bf16 rounding; outputs and data gradients are unchanged. */
 static float grad_rel_diff(const float *a, const float *b, int64_t n)
 {
@@ -193,7 +193,10 @@ START_TEST(bf16_gemm_backends_get_bf16_wgrad_operands)
 {
     moe_layer_config c = lu_config(H, F, E, K);
     c.param_dtype = MOE_DTYPE_BF16;
-    moe_backend fast = moe_backend_cpu;
+    /* the CPU backend with fp32 (slow) and with bf16 x bf16 as the fast path, whatever this CPU has */
+    moe_backend slow = moe_backend_cpu, fast = moe_backend_cpu;
+    slow.caps &= ~(uint32_t)MOE_BACKEND_CAP_BF16_GEMM;
+    slow.bf16_gemm_fast = NULL;
     fast.caps |= MOE_BACKEND_CAP_BF16_GEMM;
     uint16_t x[T * H], y[2][T * H], dy[T * H], dx[2][T * H];
     float fx[T * H], fdy[T * H];
@@ -210,7 +213,7 @@ START_TEST(bf16_gemm_backends_get_bf16_wgrad_operands)
     for (int v = 0; v < 2; v++) {
         lu_layer l;
         lu_create(&l, &c, 2);
-        if (v == 1) l.ctx->backend = &fast; /* same memory entries and ops */
+        l.ctx->backend = v == 1 ? &fast : &slow; /* same memory entries and ops */
         moe_step *s = lu_forward(&l, MOE_STEP_TRAIN, x, y[v], T);
         tu_tensor a, b;
         int64_t shape[2] = {T, H};

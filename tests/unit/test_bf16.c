@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h" /* the fp32 table's ops (the default `real`) */
 #include "layerutil.h"
 
@@ -313,6 +314,25 @@ START_TEST(paths_agree_fp32_untouched)
 }
 END_TEST
 
+/* The CPU backend reports bf16 x bf16 as its fast path exactly when the native path is in effect: bf16
+ * layers then hand their expert weight-gradient GEMMs bf16 operands (backward.c), as on tensor cores. */
+START_TEST(backend_bf16_fast_follows_path)
+{
+    const int32_t prev = moe_cpu_bf16_gemm_path(MOE_CPU_BF16_GEMM_NATIVE);
+    ck_assert_int_eq(moe_cpu_bf16_gemm_effective(), MOE_CPU_BF16_GEMM_NATIVE);
+    ck_assert_int_eq(moe_backend_bf16_gemm_fast(&moe_backend_cpu), 1);
+    moe_cpu_bf16_gemm_path(MOE_CPU_BF16_GEMM_WIDEN);
+    ck_assert_int_eq(moe_cpu_bf16_gemm_effective(), MOE_CPU_BF16_GEMM_WIDEN);
+    ck_assert_int_eq(moe_backend_bf16_gemm_fast(&moe_backend_cpu), 0);
+    moe_cpu_bf16_gemm_path(MOE_CPU_BF16_GEMM_AUTO);
+    ck_assert_int_eq(moe_cpu_bf16_gemm_effective(), moe_cpu_bf16_gemm_auto());
+    ck_assert_int_eq(moe_backend_bf16_gemm_fast(&moe_backend_cpu),
+                     moe_cpu_bf16_gemm_auto() == MOE_CPU_BF16_GEMM_NATIVE);
+    ck_assert((moe_backend_cpu.caps & MOE_BACKEND_CAP_BF16_GEMM) == 0); /* the machine decides, not the bit */
+    moe_cpu_bf16_gemm_path(prev);
+}
+END_TEST
+
 START_TEST(operand_dtypes_checked)
 {
     double a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4] = {0};
@@ -446,6 +466,7 @@ static Suite *suite(void)
     tcase_add_loop_test(g, grouped_reduce_bf16_match_f64, 0, 3);
     tcase_add_test(g, paths_agree_fp32_untouched);
     tcase_add_test(g, operand_dtypes_checked);
+    tcase_add_test(g, backend_bf16_fast_follows_path);
     suite_add_tcase(s, g);
     TCase *l = tcase_create("layer");
     tcase_set_timeout(l, 120);

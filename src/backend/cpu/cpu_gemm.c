@@ -321,6 +321,12 @@ int32_t moe_cpu_bf16_gemm_auto(void)
     return bf16_auto_path;
 }
 
+int32_t moe_cpu_bf16_gemm_effective(void)
+{
+    const int32_t path = atomic_load(&bf16_forced);
+    return path == MOE_CPU_BF16_GEMM_AUTO ? moe_cpu_bf16_gemm_auto() : path;
+}
+
 int32_t moe_cpu_bf16_gemm_path(int32_t path)
 {
     if (path < MOE_CPU_BF16_GEMM_AUTO || path > MOE_CPU_BF16_GEMM_WIDEN) return -1;
@@ -369,8 +375,7 @@ static int32_t bf16_operand(int nt, int native, operand *op, int64_t rows, int64
 static int32_t bf16_operands(const gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, operand *a,
                              operand *b)
 {
-    int32_t path = atomic_load(&bf16_forced);
-    if (path == MOE_CPU_BF16_GEMM_AUTO) path = moe_cpu_bf16_gemm_auto();
+    const int32_t path = moe_cpu_bf16_gemm_effective();
     if (path == MOE_CPU_BF16_GEMM_NATIVE && !MOE_GEMM_ONEDNN) return MOE_ERR_UNSUPPORTED;
     const int native = path == MOE_CPU_BF16_GEMM_NATIVE;
     int32_t rc = bf16_operand(cx->threads, native, a, ta ? k : m, ta ? m : k, SCRATCH_A);

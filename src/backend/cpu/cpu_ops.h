@@ -6,6 +6,7 @@
 #define MOE_CPU_OPS_H
 
 #include "backend/ops.h"
+#include "backend/cpu/bf16_path.h"
 #include "backend/cpu/real.h"
 
 /* cpu_gemm.c */
@@ -18,14 +19,6 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
 int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
                                        double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
                                        double beta, void *c, int64_t c_group_stride);
-/* How the fp32 table multiplies bf16 operands (process-wide; cpu_gemm.c). AUTO: with oneDNN's bf16
- * kernels (NATIVE: fp32 partners rounded to bf16) where the CPU has bf16 dot products
- * (avx512_core_bf16, AMX), else by widening the bf16 operand to fp32 (WIDEN). Forcing a path is for
- * tests and measurements; returns the previous setting, or -1 (and changes nothing) for a bad path. */
-enum { MOE_CPU_BF16_GEMM_AUTO = 0, MOE_CPU_BF16_GEMM_NATIVE = 1, MOE_CPU_BF16_GEMM_WIDEN = 2 };
-int32_t moe_cpu_bf16_gemm_path(int32_t path);
-/* The path AUTO resolves to on this machine (NATIVE or WIDEN). */
-int32_t moe_cpu_bf16_gemm_auto(void);
 /* cpu_route.c */
 int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
                              const void *bias, int32_t *idx, void *probs);

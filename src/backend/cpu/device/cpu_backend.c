@@ -10,6 +10,7 @@
 #include "base/host_alloc.h"
 #include "moe.h"
 #include "backend/backend.h"
+#include "backend/cpu/bf16_path.h"
 
 #define CPU_ALIGN 64
 
@@ -17,6 +18,10 @@ static const moe_ops *cpu_ops(int32_t dtype)
 {
     return dtype == MOE_DTYPE_FP32 ? &moe_cpu_ops_f32 : dtype == MOE_DTYPE_FP64 ? &moe_cpu_ops_f64 : NULL;
 }
+
+/* bf16 x bf16 is the fast path where oneDNN's bf16 kernels run (avx512_core_bf16, AMX), unless a
+ * test or measurement forced the widening path. */
+static int32_t cpu_bf16_gemm_fast(void) { return moe_cpu_bf16_gemm_effective() == MOE_CPU_BF16_GEMM_NATIVE; }
 
 static int32_t cpu_supports_op(int32_t dtype, const char *op)
 {
@@ -135,6 +140,7 @@ const moe_backend moe_backend_cpu = {
     .name = "cpu",
     .device_type = MOE_DEVICE_CPU,
     .caps = MOE_BACKEND_CAP_FP64 | MOE_BACKEND_CAP_HOST_MEMORY,
+    .bf16_gemm_fast = cpu_bf16_gemm_fast,
     .ops = cpu_ops,
     .supports_op = cpu_supports_op,
     .device_open = cpu_device_open,
