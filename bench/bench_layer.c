@@ -11,7 +11,9 @@
  * FLOPs equal the layer's fwd+bwd count exactly, on the same threads, measured twice: with OpenBLAS's
  * cblas_sgemm and with oneDNN's dnnl_sgemm (libdnnl.so.2, loaded at run time; the engine's fp32 GEMMs
  * run on oneDNN). "ratio" = layer fwd+bwd GFLOP/s / the faster of the two dense GFLOP/s.
- * (For bf16 layers the ceiling is still the fp32 sgemm: Debian's OpenBLAS exports no bf16 GEMM.)
+ * A third dense GEMM of the same shape runs on bf16 operands (fp32 accumulation and output: oneDNN's
+ * bf16 matmul, AMX or avx512_bf16 kernels where the CPU has them, onednn_dense.c); "ratio bf16" =
+ * layer / that one, the ceiling a bf16 layer is held to on bf16-capable CPUs.
  *
  * Every timed repetition gets a fresh random input x (new tokens, so new routing and new per-expert
  * row counts, as in training); --fixed-input reuses one x.
@@ -37,6 +39,8 @@
 #include <omp.h>
 
 #include <moe.h>
+
+#include "onednn_dense.h"
 
 /* ---------------------------------------------------------------- configs */
 typedef struct bench_config {
@@ -259,6 +263,8 @@ typedef struct bench_result {
     double dense_ms, dense_gflops;               /* OpenBLAS cblas_sgemm */
     double dense_dnnl_ms, dense_dnnl_gflops;     /* oneDNN dnnl_sgemm (NaN when unavailable) */
     double dense_best_gflops;
+    double dense_bf16_ms, dense_bf16_gflops;     /* oneDNN bf16 matmul (NaN when it failed) */
+    const char *gemm_path;                       /* which GEMMs the layer's expert block runs */
     double load_max_over_mean; /* routing imbalance of the first forward */
     int fixed_input;
     double faults_per_iter;    /* minor page faults per timed fwd+bwd (fresh memory is costly on some VMs) */
@@ -266,6 +272,40 @@ typedef struct bench_result {
     int num_phases;
     phase_result *phases;
 } bench_result;
+
+/* ---------------------------------------------------------------- the CPU */
+static char g_cpu_model[128] = "unknown";
+static char g_cpu_flags[4096];
+
+/* The first CPU's model name and flags from /proc/cpuinfo (empty where there is none). */
+static void read_cpuinfo(void)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[8192];
+    int have_model = 0, have_flags = 0;
+    while ((!have_model || !have_flags) && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (!v) continue;
+        v += (v[1] == ' ') ? 2 : 1;
+        v[strcspn(v, "\n")] = 0;
+        if (!have_model && !strncmp(line, "model name", 10)) {
+            snprintf(g_cpu_model, sizeof g_cpu_model, "%s", v);
+            have_model = 1;
+        } else if (!have_flags && !strncmp(line, "flags", 5)) {
+            snprintf(g_cpu_flags, sizeof g_cpu_flags, " %s ", v);
+            have_flags = 1;
+        }
+    }
+    fclose(f);
+}
+
+static int cpu_flag(const char *name)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s ", name);
+    return strstr(g_cpu_flags, pat) != NULL;
+}
 
 /* ---------------------------------------------------------------- dense ceiling */
 /* oneDNN's row-major sgemm, looked up at run time so that the benchmark links only what
@@ -289,19 +329,21 @@ static dnnl_sgemm_fn load_dnnl_sgemm(void)
 
 typedef struct dense_cache_entry {
     int64_t m, n, k;
-    double ms, dnnl_ms;
+    double ms, dnnl_ms, bf16_ms;
 } dense_cache_entry;
 static dense_cache_entry g_dense_cache[NUM_CONFIGS];
 static int g_dense_cached;
 
-/* Median ms of cblas_sgemm and of dnnl_sgemm (NaN if absent) for C[m,n] = A[m,k] B[k,n], taking turns. */
+/* Median ms of cblas_sgemm, of dnnl_sgemm (NaN if absent) and of oneDNN's bf16 matmul (NaN if it failed)
+ * for C[m,n] = A[m,k] B[k,n], taking turns. */
 static void dense_sgemm_ms(int64_t m, int64_t n, int64_t k, int threads, int warmup, int reps, double *blas_ms,
-                           double *dnnl_ms)
+                           double *dnnl_ms, double *bf16_ms)
 {
     for (int i = 0; i < g_dense_cached; ++i)
         if (g_dense_cache[i].m == m && g_dense_cache[i].n == n && g_dense_cache[i].k == k) {
             *blas_ms = g_dense_cache[i].ms;
             *dnnl_ms = g_dense_cache[i].dnnl_ms;
+            *bf16_ms = g_dense_cache[i].bf16_ms;
             return;
         }
     dnnl_sgemm_fn dnnl = load_dnnl_sgemm();
@@ -311,8 +353,11 @@ static void dense_sgemm_ms(int64_t m, int64_t n, int64_t k, int threads, int war
     fill_random(a, m * k, MOE_DTYPE_FP32);
     fill_random(b, k * n, MOE_DTYPE_FP32);
     memset(c, 0, (size_t)(m * n) * sizeof(float));
-    double *t = malloc((size_t)reps * sizeof *t), *td = malloc((size_t)reps * sizeof *td);
+    double *t = malloc((size_t)reps * sizeof *t), *td = malloc((size_t)reps * sizeof *td),
+           *tb = malloc((size_t)reps * sizeof *tb);
     int dnnl_ok = dnnl != NULL;
+    onednn_bf16_gemm *g16 = onednn_bf16_gemm_create(m, n, k, a, b, threads);
+    int bf16_ok = g16 != NULL;
     for (int i = 0; i < warmup + reps; ++i) {
         openblas_set_num_threads(threads);
         double t0 = now_s();
@@ -327,11 +372,20 @@ static void dense_sgemm_ms(int64_t m, int64_t n, int64_t k, int threads, int war
             t1 = now_s();
             if (i >= warmup) td[i - warmup] = (t1 - t0) * 1e3;
         }
+        if (bf16_ok) {
+            t0 = now_s();
+            bf16_ok = onednn_bf16_gemm_run(g16) == 0;
+            t1 = now_s();
+            if (i >= warmup) tb[i - warmup] = (t1 - t0) * 1e3;
+        }
     }
     *blas_ms = median(t, reps);
     *dnnl_ms = dnnl_ok ? median(td, reps) : NAN;
+    *bf16_ms = bf16_ok ? median(tb, reps) : NAN;
+    onednn_bf16_gemm_destroy(g16);
     free(t);
     free(td);
+    free(tb);
     free(a);
     free(b);
     free(c);
@@ -342,6 +396,7 @@ static void dense_sgemm_ms(int64_t m, int64_t n, int64_t k, int threads, int war
         e->k = k;
         e->ms = *blas_ms;
         e->dnnl_ms = *dnnl_ms;
+        e->bf16_ms = *bf16_ms;
     }
 }
 
@@ -495,8 +550,13 @@ static void run_layer(const bench_config *bc, int threads, int reps, int warmup,
     res->dense_m = R;
     res->dense_n = 3 * (F1 + F);
     res->dense_k = H;
-    dense_sgemm_ms(res->dense_m, res->dense_n, res->dense_k, threads, warmup, reps, &res->dense_ms, &res->dense_dnnl_ms);
+    dense_sgemm_ms(res->dense_m, res->dense_n, res->dense_k, threads, warmup, reps, &res->dense_ms, &res->dense_dnnl_ms,
+                   &res->dense_bf16_ms);
     const double dflops = 2.0 * (double)res->dense_m * (double)res->dense_n * (double)res->dense_k;
+    res->dense_bf16_gflops = isfinite(res->dense_bf16_ms) ? dflops / (res->dense_bf16_ms * 1e6) : NAN;
+    res->gemm_path = bc->dtype != MOE_DTYPE_BF16 ? "fp32 (oneDNN fp32 matmul)"
+                     : onednn_bf16_native()      ? "bf16 native (bf16 operands, fp32 accumulation: fwd, dgrad, wgrad)"
+                                                 : "bf16 widened (bf16 weights widened to fp32, fp32 matmul)";
     res->dense_gflops = dflops / (res->dense_ms * 1e6);
     res->dense_dnnl_gflops = isfinite(res->dense_dnnl_ms) ? dflops / (res->dense_dnnl_ms * 1e6) : NAN;
     res->dense_best_gflops = res->dense_gflops;
@@ -524,15 +584,17 @@ static void print_result(const bench_result *r, int threads)
            "%.0f page faults per fwd+bwd\n",
            (double)c->T / (r->fwdbwd_ms * 1e-3), (double)c->T / (r->fwd_ms * 1e-3), r->load_max_over_mean,
            r->peak_mib, r->faults_per_iter);
+    printf("  expert GEMM path: %s\n", r->gemm_path);
     printf("  dense ceiling: M=%lld N=%lld K=%lld (%.2f GFLOP = fwd+bwd): OpenBLAS cblas_sgemm %.2f ms, %.1f GFLOP/s; "
-           "oneDNN dnnl_sgemm %.2f ms, %.1f GFLOP/s\n",
+           "oneDNN dnnl_sgemm %.2f ms, %.1f GFLOP/s; oneDNN bf16 matmul %.2f ms, %.1f GFLOP/s\n",
            (long long)r->dense_m, (long long)r->dense_n, (long long)r->dense_k,
            2.0 * (double)r->dense_m * (double)r->dense_n * (double)r->dense_k * 1e-9, r->dense_ms, r->dense_gflops,
-           r->dense_dnnl_ms, r->dense_dnnl_gflops);
+           r->dense_dnnl_ms, r->dense_dnnl_gflops, r->dense_bf16_ms, r->dense_bf16_gflops);
     {
         double g = gflops(r->flops_fwd + r->flops_bwd, r->fwdbwd_ms);
-        printf("  ratio layer/dense (fwd+bwd GFLOP/s): %.3f vs the faster dense GEMM (%.3f vs OpenBLAS, %.3f vs oneDNN)\n",
-               g / r->dense_best_gflops, g / r->dense_gflops, g / r->dense_dnnl_gflops);
+        printf("  ratio layer/dense (fwd+bwd GFLOP/s): %.3f vs the faster fp32 dense GEMM (%.3f vs OpenBLAS, %.3f vs "
+               "oneDNN); %.3f vs the bf16 dense GEMM\n",
+               g / r->dense_best_gflops, g / r->dense_gflops, g / r->dense_dnnl_gflops, g / r->dense_bf16_gflops);
     }
     if (r->num_phases > 0) {
         printf("  phases (profiler ranges, inclusive ms per fwd+bwd iteration; %% of fwd+bwd median):\n");
@@ -578,6 +640,12 @@ static int write_json(const char *path, const bench_result *res, int n, int thre
     json_string(f, moe_version_string());
     fprintf(f, ",\n  \"threads\": %d,\n  \"flop_count\": ", threads);
     json_string(f, "expert GEMMs only: fwd = 2*R*H*F1 + 2*R*F*H, R = T*K, F1 = 2F gated; bwd = 2*fwd");
+    fprintf(f, ",\n  \"cpu\": ");
+    json_string(f, g_cpu_model);
+    fprintf(f, ", \"avx512_bf16\": %d, \"amx_bf16\": %d, \"onednn_isa\": ", cpu_flag("avx512_bf16"),
+            cpu_flag("amx_bf16"));
+    json_string(f, onednn_isa_name());
+    fprintf(f, ", \"bf16_gemm_native\": %d", onednn_bf16_native());
     fprintf(f, ",\n  \"results\": [\n");
     for (int i = 0; i < n; ++i) {
         const bench_result *r = &res[i];
@@ -617,12 +685,20 @@ static int write_json(const char *path, const bench_result *res, int n, int thre
         json_number(f, r->dense_dnnl_gflops);
         fprintf(f, ", \"dense_best_gflops\": ");
         json_number(f, r->dense_best_gflops);
+        fprintf(f, ", \"dense_bf16_ms\": ");
+        json_number(f, r->dense_bf16_ms);
+        fprintf(f, ", \"dense_bf16_gflops\": ");
+        json_number(f, r->dense_bf16_gflops);
+        fprintf(f, ", \"gemm_path\": ");
+        json_string(f, r->gemm_path);
         fprintf(f, ",\n     \"ratio_to_dense_openblas\": ");
         json_number(f, gflops(fb, r->fwdbwd_ms) / r->dense_gflops);
         fprintf(f, ", \"ratio_to_dense_dnnl\": ");
         json_number(f, gflops(fb, r->fwdbwd_ms) / r->dense_dnnl_gflops);
         fprintf(f, ", \"ratio_to_dense\": ");
         json_number(f, gflops(fb, r->fwdbwd_ms) / r->dense_best_gflops);
+        fprintf(f, ", \"ratio_to_dense_bf16\": ");
+        json_number(f, gflops(fb, r->fwdbwd_ms) / r->dense_bf16_gflops);
         fprintf(f, ", \"fixed_input\": %d", r->fixed_input);
         fprintf(f, ",\n     \"load_max_over_mean\": ");
         json_number(f, r->load_max_over_mean);
@@ -748,6 +824,7 @@ int main(int argc, char **argv)
 
     openblas_set_num_threads(threads);
 
+    read_cpuinfo();
     moe_profiler prof;
     memset(&prof, 0, sizeof prof);
     prof.struct_size = (uint32_t)sizeof prof;
@@ -769,8 +846,12 @@ int main(int argc, char **argv)
 
     printf("bench_layer: libmoe %s, threads=%d (engine reports %d), OpenBLAS threads=%d\n",
            moe_version_string(), threads, engine_threads, threads);
+    printf("CPU: %s; bf16 dot products: avx512_bf16 %s, amx_bf16 %s; oneDNN ISA %s; bf16 layers' GEMMs: %s\n",
+           g_cpu_model, cpu_flag("avx512_bf16") ? "yes" : "no", cpu_flag("amx_bf16") ? "yes" : "no", onednn_isa_name(),
+           onednn_bf16_native() ? "native bf16" : "widened to fp32");
     printf("FLOPs counted: expert GEMMs only; fwd = 2*R*H*F1 + 2*R*F*H (R = T*K, F1 = 2F gated), bwd = 2*fwd.\n"
-           "Dense ceiling: one sgemm M=R N=3*(F1+F) K=H (same FLOPs as fwd+bwd), OpenBLAS and oneDNN (%s).\n"
+           "Dense ceiling: one GEMM M=R N=3*(F1+F) K=H (same FLOPs as fwd+bwd): fp32 on OpenBLAS and oneDNN (%s), and "
+           "bf16 x bf16 -> fp32 on oneDNN's matmul.\n"
            "Input: %s.\n\n",
            load_dnnl_sgemm() ? "found" : "not found", fixed_input ? "the same x every repetition" : "fresh x every repetition");
     fflush(stdout);
@@ -785,14 +866,15 @@ int main(int argc, char **argv)
         print_result(&res[s], threads);
     }
 
-    printf("%-12s %6s %10s %10s %10s %9s %9s %9s %9s %6s\n", "config", "dtype", "fwd ms", "bwd ms", "tok/s", "GFLOP/s",
-           "openblas", "onednn", "ratio", "load");
+    printf("%-12s %6s %10s %10s %10s %9s %9s %9s %9s %9s %9s %6s\n", "config", "dtype", "fwd ms", "bwd ms", "tok/s",
+           "GFLOP/s", "openblas", "onednn", "ratio", "bf16", "r/bf16", "load");
     for (int s = 0; s < nsel; ++s) {
         const bench_result *r = &res[s];
         double g = gflops(r->flops_fwd + r->flops_bwd, r->fwdbwd_ms);
-        printf("%-12s %6s %10.2f %10.2f %10.0f %9.1f %9.1f %9.1f %9.3f %6.2f\n", r->cfg->name,
+        printf("%-12s %6s %10.2f %10.2f %10.0f %9.1f %9.1f %9.1f %9.3f %9.1f %9.3f %6.2f\n", r->cfg->name,
                dtype_name(r->cfg->dtype), r->fwd_ms, r->bwd_ms, (double)r->cfg->T / (r->fwdbwd_ms * 1e-3), g,
-               r->dense_gflops, r->dense_dnnl_gflops, g / r->dense_best_gflops, r->load_max_over_mean);
+               r->dense_gflops, r->dense_dnnl_gflops, g / r->dense_best_gflops, r->dense_bf16_gflops,
+               g / r->dense_bf16_gflops, r->load_max_over_mean);
     }
 
     int rc = 0;

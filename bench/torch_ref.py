@@ -127,7 +127,26 @@ def run_config(cfg, reps, warmup, fixed_input):
     }
     res["fwdbwd_gflops"] = 3 * flops_fwd / (res["fwdbwd_ms"] * 1e6)
     res["tokens_per_s"] = T / (res["fwdbwd_ms"] * 1e-3)
+    res["dense_bf16_ms"] = dense_bf16_ms(R, 3 * (F1 + F), H, reps, warmup)
+    res["dense_bf16_gflops"] = 3 * flops_fwd / (res["dense_bf16_ms"] * 1e6)
     return res
+
+
+def dense_bf16_ms(m, n, k, reps, warmup):
+    """Median ms of PyTorch's bf16 dense GEMM [m,k] x [k,n] (bf16 out), the FLOPs of the layer's
+    fwd+bwd (bench_layer's dense ceiling shape): the bf16 ceiling compare.sh holds bf16 layers to."""
+    torch.manual_seed(99)
+    a = (torch.rand(m, k) * 2 - 1).to(torch.bfloat16)
+    b = (torch.rand(k, n) * 2 - 1).to(torch.bfloat16)
+    ts = []
+    for i in range(warmup + reps):
+        t0 = time.perf_counter()
+        c = torch.matmul(a, b)
+        t1 = time.perf_counter()
+        del c
+        if i >= warmup:
+            ts.append((t1 - t0) * 1e3)
+    return statistics.median(ts)
 
 
 def main():
@@ -151,9 +170,10 @@ def main():
         reps = ARGS.reps if ARGS.reps > 0 else cfg[7]
         r = run_config(cfg, reps, ARGS.warmup, ARGS.fixed_input)
         results.append(r)
-        print("%-12s %5s fwd %9.2f ms  bwd %9.2f ms  fwd+bwd %9.2f ms (%6.1f GFLOP/s, %8.0f tokens/s), reps=%d" % (
-            r["name"], r["dtype"], r["fwd_ms"], r["bwd_ms"], r["fwdbwd_ms"], r["fwdbwd_gflops"], r["tokens_per_s"],
-            reps), flush=True)
+        print("%-12s %5s fwd %9.2f ms  bwd %9.2f ms  fwd+bwd %9.2f ms (%6.1f GFLOP/s, %8.0f tokens/s), reps=%d; "
+              "dense bf16 GEMM of the same FLOPs %.2f ms (%.1f GFLOP/s)" % (
+                  r["name"], r["dtype"], r["fwd_ms"], r["bwd_ms"], r["fwdbwd_ms"], r["fwdbwd_gflops"],
+                  r["tokens_per_s"], reps, r["dense_bf16_ms"], r["dense_bf16_gflops"]), flush=True)
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump({"tool": "torch_ref", "torch_version": torch.__version__, "threads": ARGS.threads,
