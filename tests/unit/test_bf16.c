@@ -270,6 +270,61 @@ START_TEST(grouped_reduce_bf16_match_f64)
 }
 END_TEST
 
+/* Enough non-empty groups (>= 4 a thread) that the grouped ops run whole groups side by side, one
+ * thread each, largest first (cpu_gemm.c groups_side_by_side): both forms, fp32 and bf16 operands,
+ * empty groups among them, rows outside every group untouched; against fp64. */
+START_TEST(grouped_side_by_side_match_f64)
+{
+    SKIP_IF_NO_NATIVE(PATHS[_i]);
+    const int32_t prev = moe_cpu_bf16_gemm_path(PATHS[_i]);
+    enum { G = 13 };
+    int64_t off[G + 1];
+    off[0] = 3;
+    for (int g = 0; g < G; g++) off[g + 1] = off[g] + (g % 5 == 2 ? 0 : 7 + (g * 11) % 23); /* 3 empty */
+    const int64_t R = off[G] + 2, n = 40, k = 56, bstride = n * k + 3, m = 24, cstride = m * n + 5;
+    const int32_t pairs[2][2] = {{DT32, DT32}, {DT32, DT16}};
+    for (int pi = 0; pi < 2; pi++) {
+        const int32_t adt = pairs[pi][0], bdt = pairs[pi][1];
+        /* rows form */
+        mat a = mat_make((size_t)(R * k), 61, 1), b = mat_make((size_t)(G * bstride), 62, 1);
+        float *c = xalloc((size_t)(R * n) * 4);
+        double *ref = xalloc((size_t)(R * n) * 8);
+        tu_fill_uniform_f(c, (size_t)(R * n), 63, -1, 1);
+        for (int64_t i = 0; i < R * n; i++) ref[i] = c[i];
+        for (int64_t g = 0; g < G; g++)
+            ref_gemm(0, 1, off[g + 1] - off[g], n, k, 0.75, a.f64 + off[g] * k, k, b.f64 + g * bstride, k, 0.5,
+                     ref + off[g] * n, n);
+        const int64_t runs = cpu_gemm_side_by_side_runs_f32();
+        ck_assert_int_eq(cpu_gemm_grouped_rows_f32(&EX2, G, off, 1, n, k, 0.75, as(&a, adt), adt, as(&b, bdt), bdt,
+                                                   bstride, 0.5, c),
+                         MOE_OK);
+        ck_assert_int_eq(cpu_gemm_side_by_side_runs_f32(), runs + 1); /* the path under test ran */
+        for (int64_t i = 0; i < off[0] * n; i++) ck_assert(c[i] == (float)ref[i]);
+        for (int64_t i = off[G] * n; i < R * n; i++) ck_assert(c[i] == (float)ref[i]);
+        double e = rel_err_f(c, ref, (size_t)(R * n));
+        ck_assert_msg(e < 1e-6, "%s rows: dtypes (%d, %d): rel err %g", PATH_NAMES[_i], adt, bdt, e);
+        mat_free(&a), mat_free(&b), free(c), free(ref);
+        /* reduce form (an empty group is beta * C_g) */
+        mat a2 = mat_make((size_t)(R * m), 64, 1), b2 = mat_make((size_t)(R * n), 65, 1);
+        float *c2 = xalloc((size_t)(G * cstride) * 4);
+        double *ref2 = xalloc((size_t)(G * cstride) * 8);
+        tu_fill_uniform_f(c2, (size_t)(G * cstride), 66, -1, 1);
+        for (int64_t i = 0; i < G * cstride; i++) ref2[i] = c2[i];
+        for (int64_t g = 0; g < G; g++)
+            ref_gemm(1, 0, m, n, off[g + 1] - off[g], 1.25, a2.f64 + off[g] * m, m, b2.f64 + off[g] * n, n, -0.5,
+                     ref2 + g * cstride, n);
+        ck_assert_int_eq(cpu_gemm_grouped_reduce_f32(&EX2, G, off, m, n, 1.25, as(&a2, adt), adt, as(&b2, bdt), bdt,
+                                                     -0.5, c2, cstride),
+                         MOE_OK);
+        ck_assert_int_eq(cpu_gemm_side_by_side_runs_f32(), runs + 2);
+        e = rel_err_f(c2, ref2, (size_t)(G * cstride));
+        ck_assert_msg(e < 1e-6, "%s reduce: dtypes (%d, %d): rel err %g", PATH_NAMES[_i], adt, bdt, e);
+        mat_free(&a2), mat_free(&b2), free(c2), free(ref2);
+    }
+    moe_cpu_bf16_gemm_path(prev);
+}
+END_TEST
+
 /* ---- paths, determinism, dtype checks ------------------------------------------------------------ */
 
 /* On bf16-representable data the two paths compute the same products (they differ by fp32 summation
@@ -464,6 +519,7 @@ static Suite *suite(void)
     tcase_add_loop_test(g, gemm_fp32_partner, 0, 3);
     tcase_add_loop_test(g, grouped_rows_bf16_match_f64, 0, 3);
     tcase_add_loop_test(g, grouped_reduce_bf16_match_f64, 0, 3);
+    tcase_add_loop_test(g, grouped_side_by_side_match_f64, 0, 3);
     tcase_add_test(g, paths_agree_fp32_untouched);
     tcase_add_test(g, operand_dtypes_checked);
     tcase_add_test(g, backend_bf16_fast_follows_path);

@@ -6,8 +6,9 @@
  *        1.3x on the layer's fwd+bwd (bench/RESULTS.md "CPU GEMM library", "Engine GEMM path").
  *   fp64: OpenBLAS cblas_dgemm (oneDNN has no f64 matmul).
  *
- * The grouped ops are the expert MLP's hot path: one GEMM per non-empty expert, each with all
- * threads (per-expert GEMMs are large), reading A/C in place at the group's row offset (no copies).
+ * The grouped ops are the expert MLP's hot path: one GEMM per non-empty expert, reading A/C in place
+ * at the group's row offset (no copies); with at least 4 non-empty experts a thread (fp32 table) the
+ * experts run side by side, one thread each, else one after the other on all threads (groups_run).
  *
  * oneDNN specifics (fp32):
  *  - Threads: oneDNN's OpenMP runtime uses omp_get_max_threads() of the calling thread, both when a
@@ -452,6 +453,134 @@ int32_t MOE_R(cpu_gemm)(const moe_exec *ex, int32_t trans_a, int32_t trans_b, in
     return rc;
 }
 
+/* ------------------------------------------------------------------------------- grouped ops */
+
+/* One grouped op's arguments: per group g, either the rows form (C_g[rows,n] = alpha A_g op(B_g) +
+ * beta C_g, A_g and C_g the group's rows of a [R,k] and c [R,n], B_g at g * b_group_stride) or the
+ * reduce form (C_g[m,n] = alpha A_g^T B_g + beta C_g, A_g and B_g the group's rows of a [R,m] and
+ * b [R,n], C_g at g * c_group_stride). */
+typedef struct group_job {
+    int reduce;
+    const int64_t *off;
+    int32_t trans_b;
+    int64_t m, n, k;
+    real alpha, beta;
+    const char *A, *B;
+    int32_t a_dtype, b_dtype;
+    size_t as, bs;
+    int64_t b_group_stride, c_group_stride;
+    real *C;
+} group_job;
+
+static int32_t group_run(gemm_ctx *cx, const group_job *j, int64_t g)
+{
+    const int64_t r0 = j->off[g], rows = j->off[g + 1] - j->off[g];
+    if (j->reduce) {
+        /* op(A) = A_g^T: A_g stored [rows,m] (lda = m); B_g [rows,n] (ldb = n); C_g [m,n].
+         * rows = 0 is C_g = beta * C_g (gemm_one does not touch A and B then). */
+        return gemm_one(cx, 1, 0, j->m, j->n, rows, j->alpha,
+                        (operand){rows ? j->A + (size_t)(r0 * j->m) * j->as : NULL, j->m, j->a_dtype},
+                        (operand){rows ? j->B + (size_t)(r0 * j->n) * j->bs : NULL, j->n, j->b_dtype}, j->beta,
+                        j->C + g * j->c_group_stride, j->n);
+    }
+    if (rows == 0) return MOE_OK;
+    if (j->k == 0) { /* a and b may be NULL: no pointer arithmetic on them */
+        scale_c(rows, j->n, j->beta, j->C + r0 * j->n, j->n);
+        return MOE_OK;
+    }
+    /* A_g [rows,k] at row r0, lda = k; C_g [rows,n] at row r0, ldc = n */
+    return gemm_one(cx, 0, j->trans_b, rows, j->n, j->k, j->alpha,
+                    (operand){j->A + (size_t)(r0 * j->k) * j->as, j->k, j->a_dtype},
+                    (operand){j->B + (size_t)(g * j->b_group_stride) * j->bs, j->trans_b ? j->k : j->n, j->b_dtype},
+                    j->beta, j->C + r0 * j->n, j->n);
+}
+
+#if MOE_GEMM_ONEDNN
+/* Groups side by side. An expert's GEMM is small for all the threads at once (M = its rows: a few
+ * hundred): oneDNN then spends a good part of it forking, joining and waiting on an uneven split.
+ * With at least GROUPS_PER_THREAD non-empty groups a thread, each thread instead multiplies whole
+ * groups on its own, largest first, taking the next one when it is free. A group's product is the
+ * same one-thread oneDNN primitive whichever thread runs it; whether its bits equal the all-threads
+ * product of before is a property of oneDNN's partition (it splits M and N, not K, at these shapes),
+ * checked by tools/moe-hash before and after (bench/RESULTS.md). */
+enum { GROUPS_PER_THREAD = 4 };
+
+typedef struct group_order {
+    int64_t g, rows;
+} group_order;
+
+static int by_rows_desc(const void *x, const void *y)
+{
+    const group_order *a = x, *b = y;
+    if (a->rows != b->rows) return a->rows < b->rows ? 1 : -1;
+    return (a->g > b->g) - (a->g < b->g);
+}
+
+/* Runs every group with one thread per group; MOE_ERR_OUT_OF_MEMORY for its order list is returned
+ * before anything ran (the caller then runs the groups in turn). */
+static atomic_llong side_by_side_runs; /* cpu_gemm_side_by_side_runs */
+
+static int32_t groups_side_by_side(const moe_exec *ex, int nt, int64_t groups, const group_job *j)
+{
+    group_order *ord = malloc((size_t)groups * sizeof *ord);
+    if (!ord) return MOE_ERR_OUT_OF_MEMORY;
+    atomic_fetch_add(&side_by_side_runs, 1);
+    for (int64_t g = 0; g < groups; g++) ord[g] = (group_order){g, j->off[g + 1] - j->off[g]};
+    qsort(ord, (size_t)groups, sizeof *ord, by_rows_desc);
+    int32_t rc_all = MOE_OK;
+    moe_exec one = *ex;
+    one.num_threads = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        gemm_ctx cx;
+        int32_t rc = ctx_begin(&one, &cx);
+        const int ok = rc == MOE_OK;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < groups; i++)
+            if (rc == MOE_OK) rc = group_run(&cx, j, ord[i].g);
+        if (ok) ctx_end(&cx);
+        if (rc != MOE_OK) {
+#pragma omp critical(moe_cpu_gemm_groups)
+            if (rc_all == MOE_OK) rc_all = rc;
+        }
+    }
+    free(ord);
+    return rc_all;
+}
+#endif
+
+int64_t MOE_R(cpu_gemm_side_by_side_runs)(void)
+{
+#if MOE_GEMM_ONEDNN
+    return atomic_load(&side_by_side_runs);
+#else
+    return 0;
+#endif
+}
+
+/* Every group of a validated grouped op: side by side where that pays (above), else one group after
+ * the other, each on all threads. */
+static int32_t groups_run(const moe_exec *ex, int64_t groups, const group_job *j)
+{
+#if MOE_GEMM_ONEDNN
+    const int nt = ex->num_threads < 1 ? 1 : (int)ex->num_threads;
+    if (nt > 1) {
+        int64_t busy = 0;
+        for (int64_t g = 0; g < groups; g++) busy += j->off[g + 1] > j->off[g];
+        if (busy >= (int64_t)GROUPS_PER_THREAD * nt) {
+            int32_t rc = groups_side_by_side(ex, nt, groups, j);
+            if (rc != MOE_ERR_OUT_OF_MEMORY) return rc;
+        }
+    }
+#endif
+    gemm_ctx cx;
+    int32_t rc = ctx_begin(ex, &cx);
+    if (rc != MOE_OK) return rc;
+    for (int64_t g = 0; g < groups && rc == MOE_OK; g++) rc = group_run(&cx, j, g);
+    ctx_end(&cx);
+    return rc;
+}
+
 /* Per group g (rows [off[g], off[g+1]) of a [R,k] and c [R,n]):
  * C_g[rows,n] = alpha * A_g[rows,k] op(B_g) + beta * C_g, B_g = b + g*b_group_stride ([k,n], or [n,k] if trans_b). */
 int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const int64_t *off, int32_t trans_b,
@@ -467,26 +596,11 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
     if (!valid_offsets(groups, off)) return MOE_ERR_INVALID_ARGUMENT;
     if (n == 0 || off[groups] == off[0]) return MOE_OK;
     if (c == NULL || (k > 0 && (a == NULL || b == NULL))) return MOE_ERR_INVALID_ARGUMENT;
-    const char *A = a, *B = b;
-    const size_t as = dt_size(a_dtype), bs = dt_size(b_dtype);
-    real *C = (real *)c;
-    gemm_ctx cx;
-    rc = ctx_begin(ex, &cx);
-    if (rc != MOE_OK) return rc;
-    for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
-        int64_t r0 = off[g], rows = off[g + 1] - off[g];
-        if (rows == 0) continue;
-        if (k == 0) { /* a and b may be NULL: no pointer arithmetic on them */
-            scale_c(rows, n, (real)beta, C + r0 * n, n);
-            continue;
-        }
-        /* A_g [rows,k] at row r0, lda = k; C_g [rows,n] at row r0, ldc = n */
-        rc = gemm_one(&cx, 0, trans_b, rows, n, k, (real)alpha, (operand){A + (size_t)(r0 * k) * as, k, a_dtype},
-                      (operand){B + (size_t)(g * b_group_stride) * bs, trans_b ? k : n, b_dtype}, (real)beta,
-                      C + r0 * n, n);
-    }
-    ctx_end(&cx);
-    return rc;
+    const group_job j = {.reduce = 0, .off = off, .trans_b = trans_b, .n = n, .k = k, .alpha = (real)alpha,
+                         .beta = (real)beta, .A = a, .B = b, .a_dtype = a_dtype, .b_dtype = b_dtype,
+                         .as = dt_size(a_dtype), .bs = dt_size(b_dtype), .b_group_stride = b_group_stride,
+                         .C = (real *)c};
+    return groups_run(ex, groups, &j);
 }
 
 /* Per group g: C_g[m,n] = alpha * A_g^T B_g + beta * C_g, A_g = rows [off[g], off[g+1]) of a [R,m],
@@ -502,20 +616,8 @@ int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const
     if (groups == 0 || m == 0 || n == 0) return MOE_OK;
     if (!valid_offsets(groups, off) || c == NULL) return MOE_ERR_INVALID_ARGUMENT;
     if (off[groups] > off[0] && (a == NULL || b == NULL)) return MOE_ERR_INVALID_ARGUMENT;
-    const char *A = a, *B = b;
-    const size_t as = dt_size(a_dtype), bs = dt_size(b_dtype);
-    real *C = (real *)c;
-    gemm_ctx cx;
-    rc = ctx_begin(ex, &cx);
-    if (rc != MOE_OK) return rc;
-    for (int64_t g = 0; g < groups && rc == MOE_OK; g++) {
-        int64_t r0 = off[g], rows = off[g + 1] - off[g];
-        /* op(A) = A_g^T: A_g stored [rows,m] (lda = m); B_g [rows,n] (ldb = n); C_g [m,n].
-         * rows = 0 is C_g = beta * C_g (gemm_one does not touch A and B then). */
-        rc = gemm_one(&cx, 1, 0, m, n, rows, (real)alpha, (operand){rows ? A + (size_t)(r0 * m) * as : NULL, m, a_dtype},
-                      (operand){rows ? B + (size_t)(r0 * n) * bs : NULL, n, b_dtype}, (real)beta,
-                      C + g * c_group_stride, n);
-    }
-    ctx_end(&cx);
-    return rc;
+    const group_job j = {.reduce = 1, .off = off, .m = m, .n = n, .alpha = (real)alpha, .beta = (real)beta,
+                         .A = a, .B = b, .a_dtype = a_dtype, .b_dtype = b_dtype, .as = dt_size(a_dtype),
+                         .bs = dt_size(b_dtype), .c_group_stride = c_group_stride, .C = (real *)c};
+    return groups_run(ex, groups, &j);
 }

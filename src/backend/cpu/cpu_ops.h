@@ -19,6 +19,8 @@ int32_t MOE_R(cpu_gemm_grouped_rows)(const moe_exec *ex, int64_t groups, const i
 int32_t MOE_R(cpu_gemm_grouped_reduce)(const moe_exec *ex, int64_t groups, const int64_t *off, int64_t m, int64_t n,
                                        double alpha, const void *a, int32_t a_dtype, const void *b, int32_t b_dtype,
                                        double beta, void *c, int64_t c_group_stride);
+/* Grouped-op calls of this table that ran their groups side by side, one thread each (for tests). */
+int64_t MOE_R(cpu_gemm_side_by_side_runs)(void);
 /* cpu_route.c */
 int32_t MOE_R(cpu_route_fwd)(const moe_exec *ex, const moe_route_params *rp, int64_t T, const void *logits,
                              const void *bias, int32_t *idx, void *probs);
