@@ -34,6 +34,8 @@ static const hash_config CONFIGS[] = {
     {"small_fp64", 2048, 512, 512, 0, 8, 2, MOE_DTYPE_FP64, 0},
     {"small_bf16", 2048, 512, 512, 0, 8, 2, MOE_DTYPE_BF16, 0},
     {"shared_losses", 1024, 256, 384, 512, 8, 2, MOE_DTYPE_FP32, 1},
+    /* narrow experts: where oneDNN splits a weight-gradient GEMM's K over threads (docs/determinism.md) */
+    {"narrow", 4096, 64, 32, 0, 16, 2, MOE_DTYPE_FP32, 0},
 };
 #define NUM_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
