@@ -36,6 +36,8 @@ static const hash_config CONFIGS[] = {
     {"shared_losses", 1024, 256, 384, 512, 8, 2, MOE_DTYPE_FP32, 1},
     /* narrow experts: where oneDNN splits a weight-gradient GEMM's K over threads (docs/determinism.md) */
     {"narrow", 4096, 64, 32, 0, 16, 2, MOE_DTYPE_FP32, 0},
+    /* the CTest smoke run (also under valgrind) */
+    {"tiny", 256, 64, 96, 64, 8, 2, MOE_DTYPE_FP32, 1},
 };
 #define NUM_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 
