@@ -17,24 +17,14 @@ struct onednn_bf16_gemm {
     int threads;
 };
 
-/* fp32 -> bf16, round to nearest even (the operands are finite) */
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static uint16_t *bf16_copy(const float *src, int64_t n)
+static uint16_t *bf16_copy(const uint16_t *src, int64_t n)
 {
     uint16_t *d = malloc((size_t)n * sizeof *d);
-    if (d)
-        for (int64_t i = 0; i < n; i++) d[i] = to_bf16(src[i]);
+    if (d) memcpy(d, src, (size_t)n * sizeof *d);
     return d;
 }
 
-onednn_bf16_gemm *onednn_bf16_gemm_create(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+onednn_bf16_gemm *onednn_bf16_gemm_create(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
                                           int threads)
 {
     onednn_bf16_gemm *g = calloc(1, sizeof *g);

@@ -10,9 +10,9 @@
 
 typedef struct onednn_bf16_gemm onednn_bf16_gemm;
 
-/* C[m,n] (fp32) = A[m,k] B[k,n], A and B given in fp32 and rounded to bf16 here (untimed), row-major.
- * The primitive is created for `threads` OpenMP threads. NULL when oneDNN refuses or memory runs out. */
-onednn_bf16_gemm *onednn_bf16_gemm_create(int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+/* C[m,n] (fp32) = A[m,k] B[k,n], A and B bf16 (copied here), row-major. The primitive is created for
+ * `threads` OpenMP threads. NULL when oneDNN refuses or memory runs out. */
+onednn_bf16_gemm *onednn_bf16_gemm_create(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b,
                                           int threads);
 /* One timed multiplication; 0 on success. */
 int onednn_bf16_gemm_run(onednn_bf16_gemm *g);
