@@ -516,10 +516,10 @@ static int by_rows_desc(const void *x, const void *y)
     return (a->g > b->g) - (a->g < b->g);
 }
 
-/* Runs every group with one thread per group; MOE_ERR_OUT_OF_MEMORY for its order list is returned
- * before anything ran (the caller then runs the groups in turn). */
 static atomic_llong side_by_side_runs; /* cpu_gemm_side_by_side_runs */
 
+/* Runs every group with one thread per group; MOE_ERR_OUT_OF_MEMORY for its order list is returned
+ * before anything ran (the caller then runs the groups in turn). */
 static int32_t groups_side_by_side(const moe_exec *ex, int nt, int64_t groups, const group_job *j)
 {
     group_order *ord = malloc((size_t)groups * sizeof *ord);
