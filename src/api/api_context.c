@@ -6,7 +6,7 @@
 
 #include "base/host_alloc.h"
 #include "api/config_header.h"
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "core/layer.h"
 
 MOE_API int32_t moe_context_config_init(moe_context_config *cfg, size_t struct_size)
@@ -64,10 +64,10 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
         tmp.has_allocator = 1;
     }
     if (cfg.logger) {
-        if (!copy_hook(&tmp.logger, sizeof tmp.logger, cfg.logger))
+        if (!copy_hook(&tmp.err.logger, sizeof tmp.err.logger, cfg.logger))
             return moe_errorf(NULL, MOE_ERR_VERSION, "moe_context_config.logger->struct_size is smaller than %zu",
-                              sizeof tmp.logger);
-        tmp.has_logger = 1;
+                              sizeof tmp.err.logger);
+        tmp.err.has_logger = 1;
     }
     if (cfg.profiler) {
         if (!copy_hook(&tmp.profiler, sizeof tmp.profiler, cfg.profiler))
@@ -97,10 +97,10 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
         if (!ctx->workspace) {
             /* why (out of memory, or a hook that broke its contract) is on ctx: pass it on */
             char why[MOE_ERROR_CAP];
-            snprintf(why, sizeof why, "%s", ctx->last_error);
+            snprintf(why, sizeof why, "%s", ctx->err.last_error);
             const int32_t st_ws = strstr(why, "moe_allocator.alloc returned") ? MOE_ERR_CALLBACK : MOE_ERR_OUT_OF_MEMORY;
             /* a failed create retains nothing: the host still owns its hooks' user_data */
-            ctx->has_allocator = ctx->has_logger = ctx->has_profiler = 0;
+            ctx->has_allocator = ctx->err.has_logger = ctx->has_profiler = 0;
             moe_context_release_ref(ctx);
             return moe_errorf(NULL, st_ws, "moe_context_create: the %zu-byte %s workspace: %s", be->workspace_bytes,
                               be->name, why);

@@ -83,7 +83,7 @@ static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot, const moe_ex
     if (!c || !L->slot[slot].present || !L->slot[slot].has_grad) return MOE_OK;
     int32_t st = c->ops->all_reduce(c, L->grad[slot].p, L->slot[slot].numel, L->slot[slot].grad_dtype, ex);
     if (st) return moe_errorf(L->ctx, st, "moe_layer_reduce_grads: all-reduce of slot %d over %s comm failed: %s", slot,
-                              c->ops->name, L->ctx->last_error);
+                              c->ops->name, L->ctx->err.last_error);
     return MOE_OK;
 }
 

@@ -314,7 +314,7 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
             st = c->ops->all_reduce(c, n, E, MOE_DTYPE_INT64, &ex);
             if (st)
                 st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
-                                ctx->last_error);
+                                ctx->err.last_error);
             /* the sum comes from the other ranks (or the host's hooks): checked like the host's counts */
             if (!st)
                 st = check_counts(layer, &ex, n, MOE_ERR_COMM, "moe_layer_update_expert_bias: the reduction over "

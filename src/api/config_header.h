@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 /* No libmoe struct will ever be larger; a larger struct_size is an uninitialised struct. */
 #define MOE_STRUCT_SIZE_MAX 65536u

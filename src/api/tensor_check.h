@@ -2,7 +2,7 @@
 #ifndef MOE_API_TENSOR_CHECK_H
 #define MOE_API_TENSOR_CHECK_H
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 /* DLPack dtype of a MOE_DTYPE_*; name for messages. */
 DLDataType moe_dl_dtype(int32_t dtype);

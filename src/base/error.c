@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/context.h"
+#include "base/error.h"
+
+/* The sink a context begins with (base/error.h); NULL for none. */
+static moe_error_sink *sink_of(const moe_context *ctx) { return (moe_error_sink *)(void *)ctx; }
 
 static _Thread_local char tls_error[MOE_ERROR_CAP];
 
@@ -59,20 +62,20 @@ static size_t copy_out(const char *msg, char *buf, size_t cap)
 
 MOE_API size_t moe_context_last_error(const moe_context *ctx, char *buf, size_t cap)
 {
-    return copy_out(ctx ? ctx->last_error : tls_error, buf, cap);
+    return copy_out(ctx ? sink_of(ctx)->last_error : tls_error, buf, cap);
 }
 
 MOE_API size_t moe_last_error(char *buf, size_t cap) { return copy_out(tls_error, buf, cap); }
 
-static void deliver(moe_context *ctx, int32_t level, const char *msg)
+static void deliver(moe_error_sink *s, int32_t level, const char *msg)
 {
-    if (ctx && ctx->has_logger && ctx->logger.log && level <= ctx->logger.max_level)
-        ctx->logger.log(ctx->logger.user_data, level, msg);
+    if (s && s->has_logger && s->logger.log && level <= s->logger.max_level) s->logger.log(s->logger.user_data, level, msg);
 }
 
 int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
 {
-    char *dst = ctx ? ctx->last_error : tls_error;
+    moe_error_sink *s = sink_of(ctx);
+    char *dst = s ? s->last_error : tls_error;
     /* formatted into a local buffer first: the arguments may include the previous message */
     char msg[MOE_ERROR_CAP];
     int n = snprintf(msg, sizeof msg, "%s: ", moe_status_name(status));
@@ -82,18 +85,19 @@ int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
     memcpy(dst, msg, sizeof msg);
-    if (ctx) memcpy(tls_error, ctx->last_error, MOE_ERROR_CAP); /* the fallback always has the latest */
-    deliver(ctx, MOE_LOG_ERROR, dst);
+    if (s) memcpy(tls_error, s->last_error, MOE_ERROR_CAP); /* the fallback always has the latest */
+    deliver(s, MOE_LOG_ERROR, dst);
     return status;
 }
 
 void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
 {
-    if (!ctx || !ctx->has_logger || !ctx->logger.log || level > ctx->logger.max_level) return;
+    moe_error_sink *s = sink_of(ctx);
+    if (!s || !s->has_logger || !s->logger.log || level > s->logger.max_level) return;
     char msg[MOE_ERROR_CAP];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ctx->logger.log(ctx->logger.user_data, level, msg);
+    s->logger.log(s->logger.user_data, level, msg);
 }

@@ -1,7 +1,11 @@
 /*
- * Errors and logging: the bottom module every layer of the engine may call (src/api, src/core,
- * src/comm, src/mem, src/parallel, src/backend). Messages are kept on the context, or in a
- * thread-local fallback when there is none, and go to the host's logger; nothing is printed.
+ * Errors and logging: the bottom module every floor of the engine may call (the backends, the
+ * runtime, comms, the core, the API). Messages are kept on the context, or in a thread-local
+ * fallback when there is none, and go to the host's logger; nothing is printed.
+ *
+ * base/ knows no context: a context begins with its moe_error_sink (runtime/context.h asserts it),
+ * and a pointer to a struct, suitably converted, points to its first member (C11 6.7.2.1p15), so
+ * these functions take the context pointer every caller has and reach only the sink through it.
  */
 #ifndef MOE_BASE_ERROR_H
 #define MOE_BASE_ERROR_H
@@ -11,6 +15,13 @@
 #include "moe.h"
 
 #define MOE_ERROR_CAP 1024
+
+/* Where a context keeps its errors: the last message and the host's logger (has_logger: set). */
+typedef struct moe_error_sink {
+    char last_error[MOE_ERROR_CAP];
+    moe_logger logger;
+    int32_t has_logger;
+} moe_error_sink;
 
 /* Records a message (printf-style) on ctx, or in the thread-local fallback when ctx is NULL, sends
  * it to the logger at ERROR level, and returns status. */

@@ -10,7 +10,7 @@
 
 #include <stdatomic.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 typedef struct moe_comm_request moe_comm_request;
 

@@ -57,7 +57,7 @@ static int32_t comm_failed(moe_layer *L, int32_t st, const char *what, const moe
 {
     /* the comm recorded its message on the context; keep it and say which step failed */
     char prev[MOE_ERROR_CAP];
-    snprintf(prev, sizeof prev, "%s", L->ctx->last_error);
+    snprintf(prev, sizeof prev, "%s", L->ctx->err.last_error);
     return moe_errorf(L->ctx, st, "all-gather dispatcher: %s over %s comm failed: %s", what, c->ops->name, prev);
 }
 

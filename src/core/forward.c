@@ -24,7 +24,7 @@ static int32_t reduce_aux_counts(moe_layer *L, moe_step *step, const moe_exec *e
     moe_comm *c = L->aux_comm;
     int32_t st = c->ops->all_reduce(c, step->tape.aux_counts.p, L->E, MOE_DTYPE_INT64, e);
     if (!st) st = c->ops->all_reduce(c, step->tape.ntok.p, 1, MOE_DTYPE_INT64, e);
-    if (st) return moe_errorf(L->ctx, st, "aux-loss count reduction over aux_comm failed: %s", L->ctx->last_error);
+    if (st) return moe_errorf(L->ctx, st, "aux-loss count reduction over aux_comm failed: %s", L->ctx->err.last_error);
     return MOE_OK;
 }
 

@@ -7,8 +7,7 @@
 
 #include <stdatomic.h>
 
-#include "core/context.h"
-#include "core/entry.h"
+#include "runtime/runtime.h"
 
 /* An engine-owned buffer: device memory charged to a ledger category, or (host = 1) host memory for
  * values the host itself computes and reads (GEMM row offsets, exchange counts). */

@@ -7,7 +7,7 @@
 #ifndef MOE_CORE_NONFINITE_H
 #define MOE_CORE_NONFINITE_H
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 /* What a scan of n elements found. */
 typedef struct moe_nonfinite_scan {

@@ -2,7 +2,7 @@
 #ifndef MOE_CORE_TENSOR_IO_H
 #define MOE_CORE_TENSOR_IO_H
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 /* MOE_OK when the rows x cols elements at p (contiguous, MOE_DTYPE_FP32, BF16 or FP64) hold no NaN or
  * Inf, else MOE_ERR_NONFINITE: the inputs the NaN/Inf policy rejects (x, dy, routing probabilities),

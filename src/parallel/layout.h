@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 /* Dimension ids (slots of the order); the MoE grid reads slot TP as etp and slot DP as edp. */
 enum { MOE_DIM_TP = 0, MOE_DIM_CP = 1, MOE_DIM_EP = 2, MOE_DIM_DP = 3, MOE_DIM_PP = 4, MOE_DIM_NUM = 5 };

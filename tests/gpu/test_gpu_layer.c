@@ -20,7 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_device.h"
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "moe.h"
 #include "testutil.h"
 

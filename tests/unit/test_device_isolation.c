@@ -13,7 +13,7 @@
 #include "guarded_backend.h"
 #include "layerutil.h"
 #include "testutil.h"
-#include "core/context.h"
+#include "runtime/runtime.h"
 
 enum { T = 37, H = 16, F = 12, E = 8, K = 2 };
 

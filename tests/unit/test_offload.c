@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "layerutil.h"
 #include "testutil.h"
 

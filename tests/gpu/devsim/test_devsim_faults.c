@@ -32,7 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/comm.h"
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "devsim_control.h"
 #include "moe.h"
 

@@ -23,7 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "moe.h"
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "devsim_control.h"
 #include "testutil.h"
 

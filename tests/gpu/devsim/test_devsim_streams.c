@@ -19,7 +19,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/context.h"
+#include "runtime/runtime.h"
 #include "devsim_control.h"
 #include "moe.h"
 

@@ -1,5 +1,5 @@
 /*
- * An entry point's hold on its context (core/entry.c): every exported call that queues device work
+ * An entry point's hold on its context (runtime/entry.c): every exported call that queues device work
  * opens one (MOE_ENTRY) and it closes by itself when the call returns (the cleanup attribute of GCC
  * and Clang). It gives the call its exec and keeps three promises of the stream contract
  * (docs/cuda.md, "Streams and devices"):
@@ -9,13 +9,13 @@
  *     makes them, whichever streams they name: a call waits (on the device, the host does not) for
  *     the end of the object's previous call, recorded as an event when that call returned; calls
  *     without a stream argument use the context's stream under the same rule;
- *  3. workspace: the call's stream has op workspace of its own (the context's slots, context.h).
+ *  3. workspace: the call's stream has op workspace of its own (runtime/workspace.h).
  * On a synchronous backend (CPU) only the exec is made: there is nothing to order.
  */
-#ifndef MOE_CORE_ENTRY_H
-#define MOE_CORE_ENTRY_H
+#ifndef MOE_RUNTIME_ENTRY_H
+#define MOE_RUNTIME_ENTRY_H
 
-#include "core/context.h"
+#include "runtime/context.h"
 
 /* The end of an object's last call (one per layer, per dispatcher). Zero-initialised = none yet. */
 typedef struct moe_call_order {
@@ -36,8 +36,6 @@ moe_entry moe_entry_begin(moe_context *ctx, void *stream, moe_call_order *order)
 void moe_entry_end(moe_entry *e);
 /* Destroys o's event (with the object). */
 void moe_call_order_release(moe_context *ctx, moe_call_order *o);
-/* Frees the context's workspace slots and their events (context teardown). */
-void moe_ws_release(moe_context *ctx);
 
 /* Handle teardown (destroy, deleters): frees must be ordered after the object's last call, on the
  * context's own stream (never on a host stream the engine saw once and the host may have destroyed
@@ -59,4 +57,4 @@ void moe_teardown_end(moe_teardown *t);
     if (name.status) return name.status;                                                                  \
     moe_exec exec_var = name.ex
 
-#endif /* MOE_CORE_ENTRY_H */
+#endif /* MOE_RUNTIME_ENTRY_H */

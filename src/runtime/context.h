@@ -1,9 +1,11 @@
 /*
- * The context: device binding, thread count, hooks, memory ledger and the last error.
- * Internal header shared by src/api, src/core and src/mem.
+ * The context: device binding, thread count, hooks, memory ledger and the last error: the state
+ * every runtime file works on (docs/architecture.md, "The runtime floor"). This header is the
+ * struct and its inline helpers only; the functions on it live in the other runtime files, each with
+ * its header, and the floors above include them all through runtime/runtime.h.
  */
-#ifndef MOE_CORE_CONTEXT_H
-#define MOE_CORE_CONTEXT_H
+#ifndef MOE_RUNTIME_CONTEXT_H
+#define MOE_RUNTIME_CONTEXT_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -57,6 +59,7 @@ typedef struct moe_ws_slot {
 #define MOE_WS_SLOTS 4
 
 struct moe_context {
+    moe_error_sink err; /* first: base/error.c reaches it through the context pointer (base/error.h) */
     atomic_int refs; /* host handle + every layer, step and export that points here */
     int32_t device_type;
     int32_t device_id;
@@ -75,9 +78,8 @@ struct moe_context {
      * buffers that had to grow after a step's up-front reservation: both counted for the tests */
     int64_t d2h_copies, d2h_bytes, inflight_allocs;
     moe_allocator allocator; /* copied; .alloc == NULL -> built-in pool */
-    moe_logger logger;
     moe_profiler profiler;
-    int32_t has_allocator, has_logger, has_profiler;
+    int32_t has_allocator, has_profiler; /* the logger is in err */
     int32_t range_depth; /* profiler ranges pushed and not yet popped (see moe_range_unwind) */
     /* ledger (bytes by category) */
     int64_t mem_current[MOE_MEM_NUM_CATEGORIES];
@@ -103,55 +105,8 @@ struct moe_context {
     /* blocks freed behind the copy stream, oldest first (moe_mem_free_after) */
     moe_pending_free *pending;
     int32_t pending_count, pending_cap;
-    char last_error[MOE_ERROR_CAP];
 };
-
-/* ---- memory (src/mem/allocator.c): device memory of the context's backend ---- */
-/* 256-byte aligned; charged to category; ordered on ctx->cur_stream. Returns NULL on failure (and
- * records an error on ctx). */
-void *moe_mem_alloc(moe_context *ctx, size_t bytes, int32_t category);
-/* The size the pool allocates (and the ledger charges) for a request of `bytes` (src/plan mirrors the
- * ledger with it). */
-size_t moe_mem_round_size(size_t bytes);
-/* Returns a block to the pool in the order of ctx->cur_stream: reusable by later work on that stream
- * at once, by other streams once the stream has passed this point. */
-void moe_mem_free(moe_context *ctx, void *ptr, size_t bytes, int32_t category);
-/* Frees the pool's cached blocks, waiting for the streams that still use them (context teardown). */
-void moe_mem_trim(moe_context *ctx);
-/* Charges delta bytes to a ledger category (host memory the engine allocates outside the pool). */
-void moe_mem_charge(moe_context *ctx, int32_t category, int64_t delta);
-/* Frees a device block whose last use is work queued on another stream than the current one (the
- * copy stream's device-to-host copies): the block returns to the pool (or the host's hook) only once
- * `event`, recorded on that stream after the work, has passed, so no stream can reuse it earlier; the
- * compute stream does not wait. Takes ownership of event. The block stays charged to its category until
- * then. Pending blocks are reaped (event_query) by every allocation, waited for oldest first when an
- * allocation would otherwise fail, and waited for by moe_mem_trim and context destruction. */
-void moe_mem_free_after(moe_context *ctx, void *ptr, size_t bytes, int32_t category, void *event);
-/* Returns the pending blocks whose events have passed to the allocator; wait_first: wait for the
- * first (oldest) that many events before (INT32_MAX: all). */
-void moe_mem_reap(moe_context *ctx, int32_t wait_first);
-/* Frees what moe_mem_free deferred during a graph capture (after the capture ended). */
-void moe_mem_flush_deferred(moe_context *ctx);
-/* a * b with overflow detection; returns 0 on overflow. */
-int moe_size_mul(size_t a, size_t b, size_t *out);
-
-/* ---- copies and fills of device memory (src/core/context.c) ---- */
-/* bytes of device memory at src -> host memory at dst, then waits for them: the engine's only way to
- * read a device value on the host. Counted in ctx->d2h_copies / d2h_bytes. */
-int32_t moe_copy_to_host(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes);
-/* host memory -> device memory, ordered on ex->stream (the host buffer may be reused on return). */
-int32_t moe_copy_to_device(moe_context *ctx, const moe_exec *ex, void *dst, const void *src, size_t bytes);
-/* Zero bytes of device memory. */
-int32_t moe_mem_zero(moe_context *ctx, const moe_exec *ex, void *dst, size_t bytes);
-/* The exec of the context's copy stream (backend->stream_create on first use). */
-int32_t moe_context_copy_exec(moe_context *ctx, moe_exec *out);
-/* Orders the work queued on `after` from now on behind everything queued on `before` so far (an
- * event recorded on before, waited for by after; the host does not wait). */
-int32_t moe_stream_order(moe_context *ctx, const moe_exec *before, const moe_exec *after);
-
-/* ---- lifetime (src/core/context.c) ---- */
-void moe_context_retain(moe_context *ctx);
-void moe_context_release_ref(moe_context *ctx);
+_Static_assert(offsetof(struct moe_context, err) == 0, "base/error.c converts a moe_context * to its error sink");
 
 /* ---- profiler ranges ---- */
 static inline void moe_range_push(moe_context *ctx, const char *name)
@@ -192,4 +147,4 @@ static inline moe_exec moe_context_enter(moe_context *ctx, void *stream)
     return ex;
 }
 
-#endif /* MOE_CORE_CONTEXT_H */
+#endif /* MOE_RUNTIME_CONTEXT_H */

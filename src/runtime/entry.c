@@ -1,43 +1,10 @@
 /* Entry points' device, order and workspace (entry.h). */
-#include "core/entry.h"
+#include "base/error.h"
+#include "runtime/entry.h"
+#include "runtime/lifetime.h"
+#include "runtime/workspace.h"
 
 static int async_backend(const moe_context *ctx) { return (ctx->backend->caps & MOE_BACKEND_CAP_ASYNC) != 0; }
-
-/* The slot of ex's stream: its own, a new one, or the least recently used one, waited for. */
-static int32_t take_slot(moe_context *ctx, moe_exec *ex, int32_t *slot)
-{
-    const moe_backend *be = ctx->backend;
-    int32_t pick = -1;
-    for (int32_t i = 0; i < ctx->ws_count; i++)
-        if (ctx->ws[i].stream == ex->stream) pick = i;
-    if (pick < 0 && ctx->ws_count < MOE_WS_SLOTS && !ctx->capturing) {
-        void *p = moe_mem_alloc(ctx, be->workspace_bytes, MOE_MEM_WORKSPACE);
-        if (p) {
-            pick = ctx->ws_count++;
-            ctx->ws[pick] = (moe_ws_slot){ex->stream, p, NULL, 0};
-        }
-        /* no memory for another slot: share the least recently used one, in order */
-    }
-    if (pick < 0) {
-        pick = 0;
-        for (int32_t i = 1; i < ctx->ws_count; i++)
-            if (ctx->ws[i].last_use < ctx->ws[pick].last_use) pick = i;
-    }
-    moe_ws_slot *w = &ctx->ws[pick];
-    /* always wait for the slot's last use, even on "the same" stream: a handle the host destroyed may
-     * have come back as another stream with the old work still running */
-    if (w->event) {
-        int32_t st = be->stream_wait_event(ex, w->event);
-        if (st) return moe_errorf(ctx, st, "ordering the %s workspace of stream %p after its last use failed", be->name,
-                                  ex->stream);
-    }
-    w->stream = ex->stream;
-    w->last_use = ++ctx->ws_clock;
-    ctx->workspace = w->ptr;
-    ex->workspace = w->ptr;
-    *slot = pick;
-    return MOE_OK;
-}
 
 moe_entry moe_entry_begin(moe_context *ctx, void *stream, moe_call_order *order)
 {
@@ -54,7 +21,7 @@ moe_entry moe_entry_begin(moe_context *ctx, void *stream, moe_call_order *order)
     }
     e.ex = moe_context_enter(ctx, stream);
     if (!async_backend(ctx)) return e;
-    if (ctx->ws_count > 0 && (e.status = take_slot(ctx, &e.ex, &e.slot)) != MOE_OK) return e;
+    if (ctx->ws_count > 0 && (e.status = moe_ws_take(ctx, &e.ex, &e.slot)) != MOE_OK) return e;
     if (order && order->event) {
         int32_t st = be->stream_wait_event(&e.ex, order->event);
         if (st) e.status = moe_errorf(ctx, st, "ordering a call after the object's previous call failed");
@@ -121,21 +88,4 @@ void moe_call_order_release(moe_context *ctx, moe_call_order *o)
     moe_exec ex = moe_context_exec(ctx, NULL);
     ctx->backend->event_destroy(&ex, o->event);
     o->event = NULL;
-}
-
-void moe_ws_release(moe_context *ctx)
-{
-    ctx->cur_stream = ctx->stream; /* the slots are freed in the context's own stream's order */
-    const moe_exec ex = moe_context_exec(ctx, NULL);
-    for (int32_t i = 0; i < ctx->ws_count; i++) {
-        moe_ws_slot *w = &ctx->ws[i];
-        if (w->event) {
-            (void)ctx->backend->event_sync(&ex, w->event); /* its last user may be a host stream */
-            ctx->backend->event_destroy(&ex, w->event);
-        }
-        moe_mem_free(ctx, w->ptr, ctx->backend->workspace_bytes, MOE_MEM_WORKSPACE);
-        w->ptr = w->event = NULL;
-    }
-    ctx->ws_count = 0;
-    ctx->workspace = NULL;
 }

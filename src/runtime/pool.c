@@ -42,7 +42,8 @@
 #include <string.h>
 
 #include "base/host_alloc.h"
-#include "core/context.h"
+#include "base/error.h"
+#include "runtime/pool.h"
 
 static void charge(moe_context *ctx, int32_t category, int64_t delta);
 
