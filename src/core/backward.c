@@ -15,7 +15,6 @@
 #include "core/dispatcher.h"
 #include "core/experts.h"
 #include "core/experts_quant.h"
-#include "core/graph.h"
 
 /* Router backward: dlogits [T,E] = route_bwd(dprobs) + aux and z-loss gradients (times the scale; the
  * aux coefficients were scaled by the forward). A scale of 0 (MOE_STEP_EXPLICIT_AUX_SCALE) adds nothing:

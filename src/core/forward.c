@@ -13,7 +13,6 @@
 #include "core/dispatcher.h"
 #include "core/experts.h"
 #include "core/experts_quant.h"
-#include "core/graph.h"
 
 /* Switch / global aux losses count over the reduction group (aux_comm: ranks sharing the token set):
  * the counts c and the token total T_tot are summed there (device buffers, on the step's stream), each

@@ -61,14 +61,6 @@ struct moe_graph_cache {
     int32_t warm_count[MOE_GRAPH_PHASES], warm_next[MOE_GRAPH_PHASES];
 };
 
-int moe_graph_eligible(const moe_layer *L)
-{
-    const moe_backend *be = L->ctx->backend;
-    return (be->caps & MOE_BACKEND_CAP_GRAPHS) && be->graph_begin && be->graph_end && be->graph_launch &&
-           L->cfg.graphs == MOE_GRAPHS_AUTO && moe_layer_static_shapes(L) && L->num_chunks <= 1 && !L->ep_comm &&
-           !L->etp_comm && !L->aux_comm && !L->bias_comm && !L->cfg.offload;
-}
-
 static uint64_t mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);

@@ -22,8 +22,6 @@ typedef int32_t (*moe_graph_body)(moe_layer *L, moe_step *step, const moe_exec *
  * reads the device back) is dropped and the call runs eagerly. */
 int32_t moe_graph_run(moe_layer *L, moe_step *step, int32_t phase, const moe_exec *e, const void *in, const void *out,
                       moe_graph_body body, void *arg);
-/* Graphs a layer may use at all (backend, config, static shapes, one rank, no chunking). */
-int moe_graph_eligible(const moe_layer *L);
 /* The layer calls of the ABI: the *_impl functions, through moe_graph_run. */
 int32_t moe_layer_forward_run(moe_layer *L, moe_step *step, int64_t T, const void *x, void *y, const moe_exec *e);
 int32_t moe_layer_backward_data_run(moe_layer *L, moe_step *step, const void *dy, void *dx, const moe_exec *e);

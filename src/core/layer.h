@@ -168,13 +168,14 @@ int32_t moe_offload_prefetch(moe_layer *L, moe_step *step, const moe_exec *e);
 /* Before a call rewrites the step's tape: e's stream waits for a queued reload (forward after a
  * prefetch without backward). */
 int32_t moe_offload_settle(moe_step *step, const moe_exec *e);
-/* Waits for the step's copies and frees its copy event (before its host copies and tape are freed). */
-void moe_offload_release(moe_step *step);
 /* Allocates every tape buffer a forward of T tokens writes (forward.c; also called before a graph
  * capture, so that the capture allocates nothing). */
 int32_t moe_layer_reserve_forward(moe_layer *L, moe_step *step, int64_t T, const moe_exec *e);
-/* Static shapes (no host copy of routing results, graph-capturable): capacity with padding on one rank. */
+/* layer_traits.c. Static shapes (no host copy of routing results, graph-capturable): capacity with
+ * padding on one rank. */
 int moe_layer_static_shapes(const moe_layer *L);
+/* Graphs a layer may use at all (backend, config, static shapes, one rank, no chunking). */
+int moe_graph_eligible(const moe_layer *L);
 /* The one device-to-host copy of a step's plan offsets and stats; a no-op when already made. */
 int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex);
 /* Host pointers into the copied plan: offsets [E+1] and stats [3] (R, dropped, padded). */
@@ -191,6 +192,7 @@ int32_t moe_layer_resolve_config(moe_context *ctx, const moe_layer_config *cfg, 
 int32_t moe_layer_alloc_params(moe_layer *layer);
 void moe_layer_free_params(moe_layer *layer);
 int32_t moe_layer_init_params_impl(moe_layer *layer, uint64_t seed);
+/* layer_lifetime.c: the last reference frees the layer's graphs, parameters and comms */
 void moe_layer_retain(moe_layer *layer);
 void moe_layer_release_ref(moe_layer *layer);
 /* A parameter as a GEMM operand: its storage and storage dtype, which the GEMM ops take as they are

@@ -18,7 +18,7 @@
  * The values are the same bytes, so gradients are bitwise those of keeping them on the device. What
  * the recompute policy already dropped is not offloaded. The host copies stay with the step (charged
  * to MOE_MEM_OFFLOAD) and are reused by its next forward; they, and the step's tape, are freed only
- * after the step's copies are done (moe_offload_release). On the CPU the copy stream is the calling
+ * after the step's copies are done (moe_step_finish_copies, step.c). On the CPU the copy stream is the calling
  * thread: the same code runs, synchronously.
  */
 #include "core/layer.h"
@@ -159,16 +159,4 @@ int32_t moe_offload_before_backward(moe_layer *L, moe_step *s, const moe_exec *e
 {
     TRY(reload(L, s, e)); /* a no-op after moe_step_prefetch */
     return moe_offload_settle(s, e);
-}
-
-void moe_offload_release(moe_step *s)
-{
-    if (!s->copy_event) return;
-    moe_context *ctx = s->layer->ctx;
-    moe_exec cx = moe_context_exec(ctx, ctx->copy_stream);
-    if (s->copy_recorded) (void)ctx->backend->event_sync(&cx, s->copy_event);
-    ctx->backend->event_destroy(&cx, s->copy_event);
-    s->copy_event = NULL;
-    s->copy_recorded = 0;
-    s->reload_pending = 0;
 }

@@ -7,9 +7,7 @@
 #include <string.h>
 
 #include "base/host_alloc.h"
-#include "comm/comm.h"
 #include "core/layer.h"
-#include "core/graph.h"
 
 int32_t moe_buf_reserve(moe_context *ctx, moe_buf *b, size_t bytes, int32_t category)
 {
@@ -215,19 +213,3 @@ int32_t moe_layer_init_params_impl(moe_layer *L, uint64_t seed)
 const void *moe_layer_weight(const moe_layer *L, int32_t slot) { return L->param[slot].p; }
 
 int32_t moe_layer_weight_dtype(const moe_layer *L, int32_t slot) { return L->slot[slot].dtype; }
-
-void moe_layer_retain(moe_layer *L) { atomic_fetch_add(&L->refs, 1); }
-
-void moe_layer_release_ref(moe_layer *L)
-{
-    if (atomic_fetch_sub(&L->refs, 1) != 1) return;
-    moe_context *ctx = L->ctx;
-    moe_call_order_release(ctx, &L->order);
-    moe_graph_cache_free(L);
-    moe_layer_free_params(L);
-    moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};
-    for (int i = 0; i < 6; i++)
-        if (comms[i]) moe_comm_release_ref(comms[i]);
-    moe_host_free(L);
-    moe_context_release_ref(ctx);
-}

@@ -54,9 +54,23 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es)
     return st;
 }
 
+/* The step's copies on the copy stream (offload.c) done, and their event freed: nothing may free
+ * what they read or write before. */
+static void finish_copies(moe_step *s)
+{
+    if (!s->copy_event) return;
+    moe_context *ctx = s->layer->ctx;
+    moe_exec cx = moe_context_exec(ctx, ctx->copy_stream);
+    if (s->copy_recorded) (void)ctx->backend->event_sync(&cx, s->copy_event);
+    ctx->backend->event_destroy(&cx, s->copy_event);
+    s->copy_event = NULL;
+    s->copy_recorded = 0;
+    s->reload_pending = 0;
+}
+
 void moe_step_free_tape(moe_step *step)
 {
-    moe_offload_release(step); /* no copy on the copy stream may still touch what is freed here */
+    finish_copies(step); /* no copy on the copy stream may still touch what is freed here */
     /* freed in the order of the current stream: an entry point's (ordered after the layer's earlier
      * calls, core/entry.h) or, at teardown, the context's own, ordered after the layer's last call; never
      * step->stream, a host handle that may be dead by now */
@@ -67,11 +81,6 @@ void moe_step_free_tape(moe_step *step)
     step->host.plan = NULL;
     step->host.have_plan = 0;
     moe_step_note_memory(step);
-}
-
-int moe_layer_static_shapes(const moe_layer *L)
-{
-    return L->capacity_factor > 0 && L->cfg.pad_to_capacity && L->ep_size == 1 && L->etp_size == 1;
 }
 
 int32_t moe_step_plan_to_host(moe_step *step, const moe_exec *ex)
