@@ -36,4 +36,11 @@ void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
 #endif
     ;
 
+/* Early return on a non-OK status. */
+#define TRY(expr)                                                                                                    \
+    do {                                                                                                             \
+        int32_t st_ = (expr);                                                                                        \
+        if (st_ != MOE_OK) return st_;                                                                               \
+    } while (0)
+
 #endif /* MOE_BASE_ERROR_H */

@@ -38,7 +38,7 @@ typedef struct moe_slot_info {
 struct moe_layer {
     atomic_int refs; /* host handle + steps + exported views */
     moe_context *ctx;
-    moe_call_order order; /* the end of the layer's (or its steps') last call (core/entry.h) */
+    moe_call_order order; /* the end of the layer's (or its steps') last call (runtime/entry.h) */
     moe_layer_config cfg; /* resolved: defaults filled in */
     const moe_ops *ops;   /* compute table (fp32 for fp32/bf16 layers, fp64 for fp64) */
     int32_t dtype;        /* param_dtype */
@@ -223,12 +223,6 @@ int32_t moe_step_need_host(moe_step *step, moe_buf *b, int64_t n, size_t es);
 /* Routing statistics and loss values of the last forward, read from the device (copies). */
 int32_t moe_step_read_stats(moe_step *step, int64_t stats[3], double *aux_loss, double *z_loss);
 
-/* Early return on a non-OK status. */
-#define TRY(expr)                                                                                                    \
-    do {                                                                                                             \
-        int32_t st_ = (expr);                                                                                        \
-        if (st_ != MOE_OK) return st_;                                                                               \
-    } while (0)
 /* Calls an op of layer L's table; a failure becomes an error naming the op. */
 #define OP(fn, ...)                                                                                                  \
     do {                                                                                                             \

@@ -1,16 +1,18 @@
 /*
- * moe_plan_layer_estimate: the ledger's peaks of one MoE layer on one rank, predicted from what the
- * engine allocates for it (docs/planner.md, "One layer of this engine"). Every line below mirrors an
- * allocation site, named in its comment, and every size goes through the allocator's own rounding
- * (moe_mem_round_size): the ledger charges rounded sizes. The local (single-rank) dispatcher is
- * assumed; its rows per expert are aligned to 32 (dispatch_local.c).
+ * The figures of moe_plan_layer_estimate (its entry point is api/api_plan.c): the ledger's peaks of
+ * one MoE layer on one rank, predicted from what the engine allocates for it (docs/planner.md, "One
+ * layer of this engine"). Every line below mirrors an allocation site, named in its comment, and
+ * every size goes through the allocator's own rounding (moe_mem_round_size): the ledger charges
+ * rounded sizes. The layer's shape comes from the core (core/layer_shape.h), resolved as
+ * moe_layer_create resolves it. The local (single-rank) dispatcher is assumed; its rows per expert
+ * are aligned to 32 (dispatch_local.c).
  */
 #include <stddef.h>
 #include <string.h>
 
-#include "api/config_header.h"
-#include "backend/backend.h"
-#include "core/layer.h"
+#include "core/layer_shape.h"
+#include "plan/plan.h"
+#include "runtime/runtime.h"
 
 #define LOCAL_ROW_ALIGN 32                               /* MOE_LOCAL_ROW_ALIGN of dispatch_local.c */
 #define INIT_STAGE_BYTES (sizeof(float) * ((size_t)1 << 16)) /* params.c: INIT_CHUNK floats of staging */
@@ -55,31 +57,13 @@ static int64_t align_rows(int *ovf, int64_t n)
     return mul(ovf, add(ovf, n, LOCAL_ROW_ALIGN - 1) / LOCAL_ROW_ALIGN, LOCAL_ROW_ALIGN);
 }
 
-MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config *cfg_in, int64_t tokens,
-                                        moe_memory_stats *out)
+int32_t moe_plan_layer_peaks(moe_context *ctx, const moe_layer_config *cfg, int64_t tokens, moe_memory_stats *out)
 {
-    if (!ctx) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: ctx is NULL");
-    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: out is NULL");
-    size_t n = 0;
-    TRY(moe_output_size(ctx, &moe_desc_memory_stats, "moe_plan_layer_estimate", "out", out, &n));
-    if (tokens < 0)
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld; expected >= 0",
-                          (long long)tokens);
-    moe_layer_config cfg;
-    TRY(moe_config_copy(ctx, &moe_desc_layer_config, cfg_in, &cfg));
-    moe_layer L;
-    memset(&L, 0, sizeof L);
-    TRY(moe_layer_resolve_config(ctx, &cfg, &L));
-    if (tokens > ((int64_t)1 << 40) / L.K) /* moe_layer_forward's bound */
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld; at most 2^40 / top_k "
-                          "are supported", (long long)tokens);
-    if (L.cfg.aux_loss_type == MOE_AUX_SEQUENCE && tokens % L.S != 0)
-        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: tokens = %lld is not a multiple of "
-                          "cfg.seq_length = %lld (MOE_AUX_SEQUENCE)", (long long)tokens, (long long)L.S);
-
+    moe_layer_shape L;
+    TRY(moe_layer_shape_of(ctx, cfg, tokens, "moe_plan_layer_estimate", &L));
     int ovf = 0;
     const int64_t T = tokens, H = L.H, E = L.E, K = L.K, F = L.F_local, F1 = L.F1_local, Fs = L.Fs, Fs1 = L.Fs1;
-    const int64_t es = (int64_t)L.ops->elem_size, TK = M(T, K), pes = (int64_t)moe_dtype_size(L.dtype);
+    const int64_t es = (int64_t)L.compute_elem, TK = M(T, K), pes = (int64_t)L.param_elem;
     const int64_t ces = es; /* router weight, bias and every gradient are in the compute dtype (params.c) */
 
     /* ---- parameters and gradients (params.c moe_layer_alloc_params) ---- */
@@ -89,9 +73,9 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
     if (Fs > 0) {
         w = A(w, A(charged(M(Fs1, H), pes), charged(M(H, Fs), pes)));
         g = A(g, A(charged(M(Fs1, H), ces), charged(M(H, Fs), ces)));
-        if (L.cfg.shared_gate) w = A(w, charged(H, pes)), g = A(g, charged(H, ces));
+        if (L.shared_gate) w = A(w, charged(H, pes)), g = A(g, charged(H, ces));
     }
-    if (L.cfg.expert_bias) w = A(w, charged(E, ces)); /* no gradient */
+    if (L.expert_bias) w = A(w, charged(E, ces)); /* no gradient */
 
     /* ---- workspace: the context's scratch, the layer's count buffers, and the initialisation's staging ---- */
     const int64_t ws_ctx = ctx->backend->workspace_bytes > 0 ? charged((int64_t)ctx->backend->workspace_bytes, 1) : 0;
@@ -100,9 +84,8 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
 
     /* ---- the step tape: forward (forward.c moe_layer_reserve_forward) ---- */
     if (ovf) goto overflow; /* T K must be sane before the routing sizes are derived from it */
-    const int64_t C = moe_layer_capacity(&L, T), rmax = moe_plan_rows_max(&L, T, C);
-    const int64_t B = (L.cfg.aux_loss_type == MOE_AUX_SEQUENCE && T > 0) ? T / L.S : 1;
-    const int stat = moe_layer_static_shapes(&L);
+    const int64_t C = L.capacity, rmax = L.rows_max, B = L.aux_groups;
+    const int stat = L.static_shapes;
     int64_t a = 0;
     a = A(a, A(charged(M(T, H), es), charged(M(T, E), es)));                       /* xs, logits */
     a = A(a, A(A(charged(TK, 4), charged(TK, es)), charged(TK, 1)));               /* idx, probs, dropped */
@@ -130,25 +113,23 @@ MOE_API int32_t moe_plan_layer_estimate(moe_context *ctx, const moe_layer_config
     a = A(a, A(charged(M(T, E), es), charged(TK, es)));                                  /* dlogits, dprobs */
     a = A(a, charged(max64(M(T, H), rx), es));                                 /* tok (its forward size replaced) */
     if (Fs > 0) a = A(a, A(charged(M(T, Fs1), es), charged(T, es)));           /* dzs, dgate */
-    if (L.dtype != L.ops->dtype) a = A(a, charged(M(T, H), es));               /* dxtmp */
-    if (L.dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(ctx->backend) && rx > 0)
+    if (L.widened) a = A(a, charged(M(T, H), es));               /* dxtmp */
+    if (L.bf16_weight_grads && rx > 0)
         a = A(a, M(2, charged(M(rx, max64(max64(H, F1), F)), 2)));             /* wg16[2] of backward_weights */
 
     const int64_t persistent = A(A(A(w, g), ws_ctx), ws_layer);
     const int64_t total = max64(A(persistent - ws_ctx - ws_layer, ws_peak), A(persistent, a));
     if (ovf) goto overflow;
-    moe_memory_stats s;
-    memset(&s, 0, sizeof s);
-    s.peak_bytes[MOE_MEM_WEIGHTS] = w;
-    s.peak_bytes[MOE_MEM_GRADS] = g;
-    s.peak_bytes[MOE_MEM_ACTIVATIONS] = a;
-    s.peak_bytes[MOE_MEM_WORKSPACE] = ws_peak;
+    memset(out, 0, sizeof *out);
+    out->peak_bytes[MOE_MEM_WEIGHTS] = w;
+    out->peak_bytes[MOE_MEM_GRADS] = g;
+    out->peak_bytes[MOE_MEM_ACTIVATIONS] = a;
+    out->peak_bytes[MOE_MEM_WORKSPACE] = ws_peak;
     /* the staging of the initialisation is freed before any step exists */
-    s.total_peak_bytes = total;
-    moe_output_write(out, &s, n);
+    out->total_peak_bytes = total;
     return MOE_OK;
 overflow:
     return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "moe_plan_layer_estimate: the layer's buffers for %lld tokens "
                       "exceed 2^62 bytes (hidden_size %lld, ffn_hidden_size %lld, num_experts %d)", (long long)tokens,
-                      (long long)L.H, (long long)L.F, L.E);
+                      (long long)L.H, (long long)L.F, (int)L.E);
 }

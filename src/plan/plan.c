@@ -2,42 +2,26 @@
  * The memory planner (moe.h "memory planner"): per-GPU memory by category and per-step communication
  * volume of training a model under a parallel layout. Formulas and their sources: docs/planner.md.
  * All sizes are in elements until multiplied by a byte width; "t" is the tokens of one micro-batch
- * on one context-parallel rank (micro_batch * seq_length / cp).
+ * on one context-parallel rank (micro_batch * seq_length / cp). The ABI's entry points, which check
+ * and copy the host's structs, are api/api_plan.c's; these functions take today's structs.
  */
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "api/config_header.h"
-#include "core/layer.h"
+#include "base/error.h"
+#include "plan/plan.h"
 
 #define PLAN_MAX_LAYERS 65536              /* model.num_layers */
 #define PLAN_MAX_WIDTH ((int64_t)1 << 40)  /* hidden, FFN and vocabulary sizes, seq_length */
 #define PLAN_MAX_PARALLEL (1 << 20)        /* every parallel size, count and byte width of par */
 #define PLAN_MAX_FIGURE 0x1p62             /* bytes / parameters a result field can hold, with room to sum */
 
-MOE_API int32_t moe_plan_model_init(moe_plan_model *model, size_t struct_size)
-{
-    return moe_config_init(&moe_desc_plan_model, model, struct_size);
-}
-
-MOE_API int32_t moe_plan_parallel_init(moe_plan_parallel *par, size_t struct_size)
-{
-    return moe_config_init(&moe_desc_plan_parallel, par, struct_size);
-}
-
 /* ---------------------------------------------------------------- presets */
-MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, moe_plan_parallel *par)
+int32_t moe_plan_preset(const char *name, moe_plan_model *model, moe_plan_parallel *par)
 {
-    if (!name) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_model_preset: name is NULL");
-    if (!model) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_model_preset: model is NULL");
-    moe_plan_model m;
-    moe_plan_parallel p;
-    TRY(moe_config_copy(NULL, &moe_desc_plan_model, model, &m));
-    if (par) TRY(moe_config_copy(NULL, &moe_desc_plan_parallel, par, &p));
-    uint32_t msize = model->struct_size, psize = par ? par->struct_size : 0;
-    moe_plan_model_init(&m, sizeof m);
-    moe_plan_parallel_init(&p, sizeof p);
+    moe_plan_model m = *model;
+    moe_plan_parallel p = *par;
     if (strcmp(name, "deepseek-v3") == 0) {
         /* DeepSeek-V3 technical report (arXiv 2412.19437) and its config.json; layout: Megatron Core MoE
          * (arXiv 2603.07685), 256 GPUs: PP4 x VPP4 x EP64, TP1, MBS 1, 4096 tokens */
@@ -62,13 +46,8 @@ MOE_API int32_t moe_plan_model_preset(const char *name, moe_plan_model *model, m
         return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_model_preset: unknown preset \"%s\"; expected "
                           "\"deepseek-v3\", \"qwen3-235b-a22b\" or \"mixtral-8x7b\"", name);
     }
-    /* the caller's struct sizes are kept: a smaller (older) struct receives its own fields only */
-    m.struct_size = msize;
-    memcpy(model, &m, msize < sizeof m ? msize : sizeof m);
-    if (par) {
-        p.struct_size = psize;
-        memcpy(par, &p, psize < sizeof p ? psize : sizeof p);
-    }
+    *model = m;
+    *par = p;
     return MOE_OK;
 }
 
@@ -157,8 +136,8 @@ static double layer_acts(const plan *P, int64_t l, int32_t rec)
 static int32_t resolve(const moe_plan_model *min, const moe_plan_parallel *pin, plan *P)
 {
     memset(P, 0, sizeof *P);
-    TRY(moe_config_copy(NULL, &moe_desc_plan_model, min, &P->m));
-    TRY(moe_config_copy(NULL, &moe_desc_plan_parallel, pin, &P->p));
+    P->m = *min;
+    P->p = *pin;
     const moe_plan_model *m = &P->m;
     const moe_plan_parallel *p = &P->p;
 #define BAD(...) moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: " __VA_ARGS__)
@@ -340,16 +319,8 @@ static void estimate_stage(const plan *P, int64_t s, stage_est *o, double *param
     if (P->pp > 1) o->comm[MOE_PLAN_COMM_PP] = 2.0 * M * (double)P->vpp * P->ts * H * d;
 }
 
-MOE_API int32_t moe_plan_result_init(moe_plan_result *out, size_t struct_size)
+int32_t moe_plan_model_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out)
 {
-    return moe_output_init(&moe_desc_plan_result, out, struct_size, "out");
-}
-
-MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_parallel *par, moe_plan_result *out)
-{
-    if (!out) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "moe_plan_estimate: out is NULL");
-    size_t n = 0;
-    TRY(moe_output_size(NULL, &moe_desc_plan_result, "moe_plan_estimate", "out", out, &n));
     plan P;
     TRY(resolve(model, par, &P));
     stage_est best = {{0}, {0}, 0}, cur;
@@ -376,6 +347,7 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
                               figures[i]);
     moe_plan_result r;
     memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
     r.stage = (int32_t)best_stage;
     for (int c = 0; c < MOE_PLAN_NUM_CATEGORIES; c++) {
         r.bytes[c] = (int64_t)llround(best.bytes[c]);
@@ -386,6 +358,6 @@ MOE_API int32_t moe_plan_estimate(const moe_plan_model *model, const moe_plan_pa
     r.fits = P.p.device_memory_bytes > 0 ? r.total_bytes <= P.p.device_memory_bytes : -1;
     r.params_total = (int64_t)llround(params_total);
     r.params_per_gpu = (int64_t)llround(best.params);
-    moe_output_write(out, &r, n);
+    *out = r;
     return MOE_OK;
 }
