@@ -13,7 +13,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # directory would name nothing
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "devsim-coverage: build directory ${1} not found" >&2; exit 2; }
 objdir="$build/tests/gpu/devsim/CMakeFiles/moe_devsim_core.dir/__/__/__"
-files=(src/backend/cuda/cuda_backend.c src/backend/cuda/gemm_lt.c src/backend/cuda/gemm_q.c
+files=(src/backend/cuda/cuda_backend.c src/backend/cuda/gemm_lt.c src/backend/cuda/gemm_q.c src/backend/cuda/cuda_status.c
        src/comm/comm_nccl.c src/runtime/pool.c src/core/graph.c src/runtime/entry.c src/runtime/workspace.c)
 if [[ ! -d "$objdir" ]]; then
   echo "devsim-coverage: $objdir not found (configure with -DMOE_DEVSIM_COVERAGE=ON and run ctest -L devsim)" >&2

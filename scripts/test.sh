@@ -18,6 +18,7 @@
 #   4. install test (tests/install/run.sh): the installed package as a host project meets it
 #   5. ABI check (scripts/abi-check.sh): build/libmoe.so against the committed baseline; and
 #      scripts/check-imports.sh: the library imports nothing that aborts, exits or prints
+#      scripts/check-floors.sh: no file of src/ uses one on a higher floor, no files in a circle
 #   6. language bindings against build/: coverage of abi/moe.h (scripts/check-bindings.sh), then the
 #      Rust, Go and Julia test suites (scripts/test-{rust,go,julia}.sh; Go and Julia set up themselves)
 # Exits non-zero if any stage fails. MOE_JOBS overrides the build parallelism (default: cores).
@@ -161,6 +162,7 @@ done_section "$current"
 current="ABI check"; section "$current"
 bash scripts/abi-check.sh build
 bash scripts/check-imports.sh build
+bash scripts/check-floors.sh build
 done_section "$current"
 
 # ---------------------------------------------------------------- 6. language bindings

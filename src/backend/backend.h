@@ -66,7 +66,7 @@ struct moe_backend {
     /* Devices present (0 where no driver answers). */
     int32_t (*device_count)(int32_t *count);
 
-    /* Raw device memory; the pool of src/mem/ caches blocks on top. mem_free may be called while
+    /* Raw device memory; the pool of src/runtime/pool.c caches blocks on top. mem_free may be called while
      * work that used the block is still queued on ex->stream: the backend frees it in stream order. */
     int32_t (*mem_alloc)(const moe_exec *ex, size_t bytes, void **out);
     void (*mem_free)(const moe_exec *ex, void *ptr, size_t bytes);
@@ -107,7 +107,7 @@ struct moe_backend {
     int32_t (*quant_recipe_supported)(void *state, int32_t recipe);
     /* Devices a host thread selects (CUDA: the current device): device_enter makes device_id current
      * for the calling thread and stores the one that was in *prev; device_leave(prev) restores it.
-     * Every entry point holds its context's device this way (core/entry.h), so ops, library calls,
+     * Every entry point holds its context's device this way (runtime/entry.h), so ops, library calls,
      * events and graphs run on the context's device whatever the host has current, and the host's
      * choice survives the call. NULL where there is nothing to select (CPU). */
     int32_t (*device_enter)(int32_t device_id, int32_t *prev);

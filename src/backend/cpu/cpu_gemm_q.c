@@ -11,5 +11,11 @@
 int32_t MOE_R(cpu_gemm_q)(const moe_exec *ex, int64_t m, int64_t n, int64_t k, double alpha, const moe_qmat *a,
                           const moe_qmat *b, double beta, void *c, int64_t ldc, void *work)
 {
-    return moe_gemm_q_by_dequantize(&MOE_R(moe_cpu_ops), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+    /* the two ops it is defined by, not the whole table (cpu_table.c lists this op: no circle) */
+    static const moe_ops by = {.name = "cpu-" MOE_REAL_NAME,
+                               .dtype = MOE_REAL_DTYPE,
+                               .elem_size = sizeof(real),
+                               .gemm = MOE_R(cpu_gemm),
+                               .dequantize = MOE_R(cpu_dequantize)};
+    return moe_gemm_q_by_dequantize(&by, ex, m, n, k, alpha, a, b, beta, c, ldc, work);
 }

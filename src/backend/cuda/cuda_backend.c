@@ -6,12 +6,12 @@
  *  - each context gets its own non-blocking stream (default_stream), a cuBLASLt handle and a plan
  *    cache; a call's stream argument replaces the stream for that call;
  *  - raw device memory is stream-ordered (cudaMallocAsync / cudaFreeAsync on the exec's stream, the
- *    device's default memory pool); the context's caching pool (src/mem/allocator.c) sits on top, so
+ *    device's default memory pool); the context's caching pool (src/runtime/pool.c) sits on top, so
  *    steady-state steps allocate nothing from CUDA;
  *  - host memory for staging (host_alloc) is pinned (cudaMallocHost), so copies are truly async;
  *  - no fp64 table: the CPU backend is the fp64 reference;
  *  - devices: every exported call makes its context's device current for its duration and restores
- *    the caller's after (device_enter / device_leave, core/entry.h); the entries here that can be
+ *    the caller's after (device_enter / device_leave, runtime/entry.h); the entries here that can be
  *    reached outside a call (allocation, teardown) do the same themselves.
  */
 #include <pthread.h>
@@ -22,23 +22,6 @@
 #include "base/error.h"
 #include "backend/op_names.h"
 #include "backend/cuda/cuda_device.h"
-
-int32_t moe_cuda_check(cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess) return MOE_OK;
-    cudaGetLastError(); /* clear a non-sticky error so later calls do not report it again */
-    int32_t st = e == cudaErrorMemoryAllocation ? MOE_ERR_OUT_OF_MEMORY : MOE_ERR_BACKEND;
-    return moe_errorf(NULL, st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-int32_t moe_cuda_lt_check(cublasStatus_t s, const char *what)
-{
-    if (s == CUBLAS_STATUS_SUCCESS) return MOE_OK;
-    int32_t st = s == CUBLAS_STATUS_ALLOC_FAILED ? MOE_ERR_OUT_OF_MEMORY
-                 : s == CUBLAS_STATUS_NOT_SUPPORTED ? MOE_ERR_UNSUPPORTED
-                                                    : MOE_ERR_BACKEND;
-    return moe_errorf(NULL, st, "%s: cuBLASLt status %d (%s)", what, (int)s, cublasLtGetStatusString(s));
-}
 
 static moe_cuda_device *dev_of(const moe_exec *ex) { return (moe_cuda_device *)ex->device; }
 static cudaStream_t stream_of(const moe_exec *ex)

@@ -42,7 +42,7 @@ typedef struct moe_cuda_device {
     moe_lt_probe lt_probe;      /* gemm_q's block-scaled pairs: verdicts and calls (gemm_q.c) */
 } moe_cuda_device;
 
-/* cudaError_t -> status with a message naming what failed (clears the sticky last error). */
+/* cudaError_t -> status with a message naming what failed (clears the sticky last error; cuda_status.c). */
 int32_t moe_cuda_check(cudaError_t e, const char *what);
 /* cublasStatus_t -> status with a message. */
 int32_t moe_cuda_lt_check(cublasStatus_t s, const char *what);
@@ -71,7 +71,8 @@ int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, dou
                         const moe_qmat *b, double beta, void *c, int64_t ldc, void *work);
 void moe_cuda_plans_destroy(moe_cuda_device *d);
 
-/* The cuda-f32 op table (cuda_backend.c). */
+/* The cuda-f32 op table (cuda_backend.c). The table's own ops reach it through their exec
+ * (ex->be->ops), so that the GEMM files need not call back into cuda_backend.c. */
 const moe_ops *moe_cuda_ops_f32(void);
 /* kernels/table.cu compiled by nvcc. */
 void moe_cuda_kernel_table(moe_ops *t);

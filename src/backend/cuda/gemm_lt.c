@@ -260,7 +260,7 @@ static int32_t to_bf16(const moe_exec *ex, const void *src, int64_t elems, size_
         d->scratch_bytes = grow;
     }
     void *dst = (char *)d->scratch + at;
-    int32_t st = moe_cuda_ops_f32()->convert(ex, elems, src, MOE_DTYPE_FP32, dst, MOE_DTYPE_BF16);
+    int32_t st = ex->be->ops(MOE_DTYPE_FP32)->convert(ex, elems, src, MOE_DTYPE_FP32, dst, MOE_DTYPE_BF16);
     if (st) return st;
     *out = dst;
     return MOE_OK;
@@ -316,7 +316,7 @@ static int32_t scale_c(const moe_exec *ex, int64_t m, int64_t n, double beta, vo
     if (beta == 0.0)
         return moe_cuda_check(cudaMemset2DAsync(c, (size_t)ldc * 4, 0, (size_t)n * 4, (size_t)m, s), "cudaMemset2DAsync");
     if (beta == 1.0) return MOE_OK;
-    const moe_ops *t = moe_cuda_ops_f32();
+    const moe_ops *t = ex->be->ops(MOE_DTYPE_FP32); /* this table, through the exec: no arrow back to cuda_backend.c */
     if (ldc == n) return t->axpby(ex, m * n, beta, c, 0, c);
     for (int64_t r = 0; r < m; r++) {
         float *row = (float *)c + r * ldc;

@@ -63,7 +63,7 @@ int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, dou
                                   (const float *)b->scales, beta, (float *)c, ldc);
         if (st != MOE_ERR_UNSUPPORTED) return st;
         /* no FP8 algorithm for this shape here (nothing was queued): the exact path */
-        return moe_gemm_q_by_dequantize(moe_cuda_ops_f32(), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
+        return moe_gemm_q_by_dequantize(ex->be->ops(MOE_DTYPE_FP32), ex, m, n, k, alpha, a, b, beta, c, ldc, work);
     }
     moe_cuda_device *d = ex->device;
     cudaStream_t s = ex->stream ? (cudaStream_t)ex->stream : d->stream;
@@ -72,7 +72,7 @@ int32_t moe_cuda_gemm_q(const moe_exec *ex, int64_t m, int64_t n, int64_t k, dou
         (void)cudaGetLastError();
         cs = cudaStreamCaptureStatusActive; /* unknown: never synchronise */
     }
-    const moe_lt_engine eng = {.backend = &moe_backend_cuda, .ops = moe_cuda_ops_f32(),
+    const moe_lt_engine eng = {.backend = ex->be, .ops = ex->be->ops(MOE_DTYPE_FP32),
                                .matmul = moe_cuda_gemm_scaled_tn, .probe = &d->lt_probe,
                                .may_probe = cs == cudaStreamCaptureStatusNone};
     return moe_gemm_q_lt(&eng, ex, m, n, k, alpha, a, b, beta, c, ldc, work);
