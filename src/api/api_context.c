@@ -105,7 +105,7 @@ MOE_API int32_t moe_context_create(const moe_context_config *cfg_in, moe_context
             return moe_errorf(NULL, st_ws, "moe_context_create: the %zu-byte %s workspace: %s", be->workspace_bytes,
                               be->name, why);
         }
-        if (be->caps & MOE_BACKEND_CAP_ASYNC) { /* the context's stream's slot (core/entry.h) */
+        if (be->caps & MOE_BACKEND_CAP_ASYNC) { /* the context's stream's slot (runtime/entry.h) */
             ctx->ws[0] = (moe_ws_slot){ctx->stream, ctx->workspace, NULL, 0};
             ctx->ws_count = 1;
         }

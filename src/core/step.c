@@ -72,7 +72,7 @@ void moe_step_free_tape(moe_step *step)
 {
     finish_copies(step); /* no copy on the copy stream may still touch what is freed here */
     /* freed in the order of the current stream: an entry point's (ordered after the layer's earlier
-     * calls, core/entry.h) or, at teardown, the context's own, ordered after the layer's last call; never
+     * calls, runtime/entry.h) or, at teardown, the context's own, ordered after the layer's last call; never
      * step->stream, a host handle that may be dead by now */
     moe_buf *first = (moe_buf *)&step->tape;
     size_t count = sizeof step->tape / sizeof(moe_buf);

@@ -25,7 +25,7 @@ struct moe_deferred_free {
 
 /* A device block freed while work on another stream (the copy stream) may still read it: it goes back
  * to the allocator (pool or hook) once `event`, recorded after that work, has passed; until then it
- * stays charged to `category` (src/mem/allocator.c, moe_mem_free_after). */
+ * stays charged to `category` (src/runtime/pool.c, moe_mem_free_after). */
 typedef struct moe_pending_free {
     void *ptr;
     size_t bytes;
@@ -33,7 +33,7 @@ typedef struct moe_pending_free {
     void *event; /* owned */
 } moe_pending_free;
 
-/* One cached free block of the built-in pool: freed on `stream` (allocator.c: reusable at once only
+/* One cached free block of the built-in pool: freed on `stream` (pool.c: reusable at once only
  * on the context's own stream; a host stream's handle is kept only to compare, its `event` waited for
  * first), on any other stream once `event` (recorded at the free) has passed. */
 typedef struct moe_pool_block {
@@ -48,7 +48,7 @@ typedef struct moe_pool_block {
  * streams never share scratch at the same time: each stream that calls into the context gets a slot
  * of its own (up to MOE_WS_SLOTS; beyond, the least recently used slot changes hands), and a slot
  * that changes hands, or is used again, is first waited for: `event` is recorded on the stream of
- * its last entry point when that entry point returns (core/entry.c). No raw stream handle is
+ * its last entry point when that entry point returns (runtime/entry.c). No raw stream handle is
  * trusted beyond its entry point: `stream` only picks the slot. */
 typedef struct moe_ws_slot {
     void *stream;

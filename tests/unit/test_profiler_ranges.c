@@ -1,7 +1,7 @@
 /*
  * Profiler ranges stay balanced whatever happens: a host's profiler (NVTX, a tracing span stack) breaks
  * when a push has no pop. Every entry point pops the ranges its failed call left open
- * (moe_range_unwind in src/core/context.h). Failures are provoked half-way through the work: a
+ * (moe_range_unwind in src/runtime/context.h). Failures are provoked half-way through the work: a
  * communicator hook that fails inside the router range (aux-loss count reduction) of a forward.
  */
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * The context's caching pool (src/mem/allocator.c) on the device simulator: what it may do with the
+ * The context's caching pool (src/runtime/pool.c) on the device simulator: what it may do with the
  * stream handles a host passes, the alignment it asks of an allocator hook, and its out-of-memory
  * retry. Deterministic: pending work is held with moe_devsim_hold, never raced.
  *
@@ -266,7 +266,7 @@ static void layer_on_foreign_stream(void)
     CHECK(cudaStreamSynchronize(x) == cudaSuccess);
     CHECK(cudaStreamDestroy(x) == cudaSuccess);
     /* ctx->cur_stream still names X after the forward returned (entry points do not reset it yet: the
-     * entry work, core/entry.c, does); the layer's destruction would free its parameters in the order of
+     * entry work, runtime/entry.c, does); the layer's destruction would free its parameters in the order of
      * X's dead handle. Not the pool's doing: reset it as an entry point's end will. */
     (void)moe_context_enter(ctx, NULL);
     moe_layer_destroy(L);
