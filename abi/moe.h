@@ -499,8 +499,16 @@ MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
 /* ================================================================ communicators (0.2)
  * A moe_comm is a group of ranks the engine runs collectives on. Kinds: self (one rank), MPI (wraps
  * a host MPI_Comm; CPU clusters and the multi-rank tests), NCCL (engine-owned, GPU) and host hooks
- * (a framework that already owns its collectives). Every collective honours the comm's timeout: a peer
- * that never arrives makes the call return MOE_ERR_TIMEOUT (the comm is then unusable), never hang. */
+ * (a framework that already owns its collectives). What a call on a comm waits for, by kind:
+ *  - self: one rank; nothing waits for a peer.
+ *  - MPI and NCCL: creation, moe_comm_split and every collective (those a layer or dispatcher runs
+ *    included) wait at most the comm's timeout_ms for their peers; a peer that never arrives makes the
+ *    call return MOE_ERR_TIMEOUT, and the comm is then broken (every later call fails at once). One
+ *    window remains on MPI: MPI_Comm_split has no non-blocking form, so moe_comm_split first passes a
+ *    timed barrier, and a peer that dies between that barrier and the split blocks it.
+ *  - hooks: timeout_ms is not enforced. The engine calls the host's hooks on the calling thread and
+ *    cannot interrupt them, so a call waits as long as a hook blocks: the hooks own their timeouts. A
+ *    hook that returns non-zero fails the call with MOE_ERR_CALLBACK and breaks the comm. */
 typedef struct moe_comm moe_comm;
 
 enum { MOE_COMM_SELF = 0, MOE_COMM_MPI = 1, MOE_COMM_NCCL = 2, MOE_COMM_HOOKS = 3 };
@@ -511,7 +519,7 @@ typedef struct moe_comm_config {
     uint32_t struct_size;
     uint32_t api_version;
     const void *next;
-    int32_t timeout_ms; /* per collective; 0 = 300000 (5 minutes) */
+    int32_t timeout_ms; /* per call that waits for peers; 0 = 300000 (5 minutes); MPI and NCCL only */
     int32_t reserved0;
 } moe_comm_config;
 MOE_API int32_t moe_comm_config_init(moe_comm_config *cfg, size_t struct_size);

@@ -24,7 +24,7 @@ const (
 
 // CommConfig mirrors moe_comm_config; zero means the default.
 type CommConfig struct {
-	TimeoutMS int32 // per collective; 0 = 300000
+	TimeoutMS int32 // per call that waits for peers; 0 = 300000; MPI and NCCL only (hooks own their timeouts)
 }
 
 // NewCommConfig returns the defaults of moe_comm_config_init.
