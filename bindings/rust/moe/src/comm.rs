@@ -14,7 +14,8 @@ use crate::unit::{NotSync, Unit};
 c_enum!(CommKind { SelfRank = sys::MOE_COMM_SELF, Mpi = sys::MOE_COMM_MPI, Nccl = sys::MOE_COMM_NCCL,
                    Hooks = sys::MOE_COMM_HOOKS });
 
-/// `moe_comm_config`: the per-collective timeout (0 = 5 minutes).
+/// `moe_comm_config`: how long a call waits for its peers (0 = 5 minutes); MPI and NCCL comms only,
+/// hook comms leave timeouts to the host's hooks.
 #[derive(Debug, Clone, Copy)]
 pub struct CommConfig {
     raw: sys::moe_comm_config,
