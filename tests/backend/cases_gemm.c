@@ -227,6 +227,13 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_rows_case(s, dt, 3, c0, 0, 0, 5, 7, 0, 1.0, 0.0);
     grouped_rows_case(s, dt, 0, c0, 0, 0, 5, 7, 0, 1.0, 0.0);
     grouped_rows_case(s, dt, 16, c16, 0, 1, 24, 40, 0, 1.0, 0.0);
+    /* every group the same non-zero rows (capacity with padding): the CUDA backend's single
+     * strided-batched call; n != k so that a swapped leading dimension or stride shows
+     * (docs/devsim-mutations.md, gap (a)) */
+    const int64_t u4[4] = {8, 8, 8, 8};
+    grouped_rows_case(s, dt, 4, u4, 0, 0, 24, 40, 0, 1.0, 0.0);
+    grouped_rows_case(s, dt, 4, u4, 0, 1, 24, 40, 3, 0.5, 1.0);
+    grouped_rows_case(s, dt, 4, u4, 5, 1, 40, 24, 0, 1.0, 0.0);
 
     /* grouped reduce: an empty group (C_g = beta C_g: 0 for beta = 0, whatever C held), C read,
      * gaps between the C_g, rows before off[0], 1x1 outputs, all groups empty, 16 experts */
@@ -237,6 +244,8 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_reduce_case(s, dt, 3, c0, 0, 6, 4, 0, 1.0, 0.0);
     grouped_reduce_case(s, dt, 3, c0, 0, 6, 4, 1, 1.0, 0.5);
     grouped_reduce_case(s, dt, 16, c16, 0, 31, 9, 0, 1.0, 0.0);
+    grouped_reduce_case(s, dt, 4, u4, 0, 24, 40, 0, 1.0, 0.0); /* uniform groups: one strided batch */
+    grouped_reduce_case(s, dt, 4, u4, 3, 40, 24, 5, 2.0, 1.0);
 
     /* bf16 weights (the bf16 layer's GEMMs): forward and data-gradient layouts, C read or not, a padded
      * gemm with both operands bf16, 16 experts; refused by the fp64 table */
@@ -247,4 +256,5 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_rows_case_dt(s, dt, 4, c4, 0, 1, 17, 127, 0, 1.0, 0.0, bf);
     grouped_rows_case_dt(s, dt, 3, c3, 3, 0, 8, 31, 2, -1.0, 0.25, bf);
     grouped_rows_case_dt(s, dt, 16, c16, 0, 1, 24, 40, 0, 1.0, 0.0, bf);
+    grouped_rows_case_dt(s, dt, 4, u4, 0, 1, 24, 40, 0, 1.0, 0.0, bf);
 }

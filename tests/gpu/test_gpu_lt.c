@@ -6,7 +6,8 @@
  * itself answers. Expected: the three FP8 blockwise pairs verified on compute capability 9.x, MXFP8
  * and NVFP4 on 10.x; a refused pair fails the test with its probe difference (Inf: cuBLASLt had no
  * kernel; finite: the scales were read differently from how they were written). A verified pair must
- * agree with the definition at the FP8 tensor-core tolerance. Prints one line per pair, then
+ * agree with the definition at the FP8 tensor-core tolerance. First, a pair's first call inside the
+ * host's own stream capture must be refused with the capture intact. Prints one line per pair, then
  * "N passed, M failed".
  */
 #include <math.h>
@@ -118,6 +119,47 @@ int main(void)
     const moe_ops *t = be->ops(MOE_DTYPE_FP32);
     const moe_cuda_device *d = state;
     printf("compute capability %d.%d, cuBLASLt %zu\n", major, minor, cublasLtGetVersion());
+    if (major == 9 || major == 10) {
+        /* A pair's first call made inside the host's own stream capture is refused (MOE_ERR_STATE,
+         * "run one call eagerly first") and leaves the capture intact: verifying a pair reads its
+         * probe back, which a capture prohibits (docs/devsim-mutations.md, #9). */
+        const int p = major == 9 ? MOE_LT_PAIR_1X128_128X128 : MOE_LT_PAIR_MX32;
+        const pair_case *pc = &cases[p];
+        operand a, b;
+        cudaStream_t s = NULL;
+        void *dc = NULL, *dw = NULL;
+        const int64_t mn = pc->m * pc->n, wn = (pc->m + pc->n) * pc->k;
+        const int made_a = make_operand(be, &ex, &a, pc->fa, pc->sa, pc->m, pc->k, 7u);
+        const int made_b = made_a && make_operand(be, &ex, &b, pc->fb, pc->sb, pc->n, pc->k, 8u);
+        int ok = made_b && be->mem_alloc(&ex, sizeof(float) * (size_t)mn, &dc) == MOE_OK &&
+                 be->mem_alloc(&ex, sizeof(float) * (size_t)wn, &dw) == MOE_OK && be->stream_sync(&ex) == MOE_OK &&
+                 cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+        CHECK(ok, "capture case: setup failed: %s", last_error());
+        if (ok) {
+            moe_exec cx = ex;
+            cx.stream = s;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess, "BeginCapture");
+            const int32_t st = t->gemm_q(&cx, pc->m, pc->n, pc->k, 1.0, &a.dev, &b.dev, 0.0, dc, pc->n, dw);
+            enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            CHECK(cudaStreamIsCapturing(s, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive,
+                  "%s first called during a capture: the capture is no longer active (%d)", moe_lt_pair_name(p),
+                  (int)cs);
+            cudaGraph_t g = NULL;
+            const cudaError_t end = cudaStreamEndCapture(s, &g);
+            CHECK(end == cudaSuccess, "%s first called during a capture: cudaStreamEndCapture: %s (the call "
+                  "invalidated the host's capture)", moe_lt_pair_name(p), cudaGetErrorString(end));
+            if (g) cudaGraphDestroy(g);
+            CHECK(st == MOE_ERR_STATE, "%s first called during a capture: status %d (%s), expected MOE_ERR_STATE",
+                  moe_lt_pair_name(p), (int)st, last_error());
+            CHECK(d->lt_probe.verdict[p] == 0, "%s: verdict %d after the refused call, expected it still unprobed",
+                  moe_lt_pair_name(p), (int)d->lt_probe.verdict[p]);
+            cudaStreamDestroy(s);
+        }
+        if (dc) be->mem_free(&ex, dc, sizeof(float) * (size_t)mn);
+        if (dw) be->mem_free(&ex, dw, sizeof(float) * (size_t)wn);
+        if (made_a) free_operand(be, &ex, &a);
+        if (made_b) free_operand(be, &ex, &b);
+    }
     for (int p = 0; p < MOE_LT_PAIRS; p++) {
         const pair_case *pc = &cases[p];
         operand a, b;

@@ -211,6 +211,69 @@ START_TEST(a_new_key_warms_up_before_it_captures)
 }
 END_TEST
 
+/* Two steps of one layer, interleaved as a pipeline runs micro-batches (forward A, forward B,
+ * backward A, backward B), with the same input and output tensors: the graph key holds each step's
+ * tape addresses, so B's forward must not replay A's graph (which would overwrite A's tape with B's
+ * activations before A's backward reads them). A's and B's gradients must equal those of each
+ * micro-batch run alone. Caught the mutant "graph key from the tape sizes only"
+ * (docs/devsim-mutations.md, #18). */
+/* The context's stream is non-blocking: the legacy stream's copies wait for nothing queued there. */
+static cudaError_t sync_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    return e ? e : cudaMemcpy(dst, src, n, k);
+}
+
+static void run_alone(fixture *f, moe_step *s, const float *xh, float *dxh)
+{
+    ck_assert_int_eq(sync_copy(f->x, xh, sizeof(float) * T * H, cudaMemcpyHostToDevice), cudaSuccess);
+    ck_assert_int_eq(moe_layer_forward(f->layer, s, &f->tx.t, &f->ty.t, NULL), MOE_OK);
+    ck_assert_int_eq(moe_layer_backward_data(f->layer, s, &f->tdy.t, &f->tdx.t, NULL), MOE_OK);
+    ck_assert_int_eq(moe_layer_backward_weights(f->layer, s, NULL), MOE_OK);
+    ck_assert_int_eq(sync_copy(dxh, f->dx, sizeof(float) * T * H, cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+START_TEST(two_interleaved_steps_keep_their_own_graphs)
+{
+    fixture f;
+    open_fixture(&f);
+    static float x1[T * H], x2[T * H], ref1[T * H], ref2[T * H], dx1[T * H], dx2[T * H];
+    tu_fill_uniform_f(x1, T * H, 11, -1, 1);
+    tu_fill_uniform_f(x2, T * H, 12, -1, 1);
+    for (int s = 0; s < 3; s++) run_alone(&f, f.step, x1, ref1); /* A warms up, captures, replays */
+    run_alone(&f, f.step, x2, ref2);
+    run_alone(&f, f.step, x1, ref1);
+    ck_assert_msg(memcmp(ref1, ref2, sizeof ref1) != 0, "the two inputs give the same dx: the test cannot tell");
+    moe_step_config sc;
+    ck_assert_int_eq(moe_step_config_init(&sc, sizeof sc), MOE_OK);
+    moe_step *b = NULL;
+    ck_assert_int_eq(moe_step_create(f.layer, &sc, &b), MOE_OK);
+    for (int round = 0; round < 3; round++) { /* B warms up, then captures and replays too */
+        ck_assert_int_eq(sync_copy(f.x, x1, sizeof x1, cudaMemcpyHostToDevice), cudaSuccess);
+        ck_assert_int_eq(moe_layer_forward(f.layer, f.step, &f.tx.t, &f.ty.t, NULL), MOE_OK);
+        ck_assert_int_eq(sync_copy(f.x, x2, sizeof x2, cudaMemcpyHostToDevice), cudaSuccess);
+        mark m = take(&f);
+        ck_assert_int_eq(moe_layer_forward(f.layer, b, &f.tx.t, &f.ty.t, NULL), MOE_OK);
+        if (round == 0) {
+            delta d = since(&f, m);
+            ck_assert_msg(d.replays == 0 && d.launches > 0, "B's first forward replayed a graph (%lld replays, %lld "
+                          "launches): A's, whose tape is elsewhere", (long long)d.replays, (long long)d.launches);
+        }
+        ck_assert_int_eq(moe_layer_backward_data(f.layer, f.step, &f.tdy.t, &f.tdx.t, NULL), MOE_OK);
+        ck_assert_int_eq(sync_copy(dx1, f.dx, sizeof dx1, cudaMemcpyDeviceToHost), cudaSuccess);
+        ck_assert_int_eq(moe_layer_backward_weights(f.layer, f.step, NULL), MOE_OK);
+        ck_assert_int_eq(moe_layer_backward_data(f.layer, b, &f.tdy.t, &f.tdx.t, NULL), MOE_OK);
+        ck_assert_int_eq(sync_copy(dx2, f.dx, sizeof dx2, cudaMemcpyDeviceToHost), cudaSuccess);
+        ck_assert_int_eq(moe_layer_backward_weights(f.layer, b, NULL), MOE_OK);
+        ck_assert_msg(memcmp(dx1, ref1, sizeof dx1) == 0, "round %d: A's dx differs from A alone: B's forward "
+                      "overwrote A's tape", round);
+        ck_assert_msg(memcmp(dx2, ref2, sizeof dx2) == 0, "round %d: B's dx differs from B alone", round);
+    }
+    moe_step_destroy(b);
+    close_fixture(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("devsim_graph_warmup");
@@ -219,6 +282,7 @@ int main(void)
     tcase_add_test(tc, first_call_of_each_phase_runs_eagerly);
     tcase_add_test(tc, capture_follows_the_warm_up_then_replays);
     tcase_add_test(tc, a_new_key_warms_up_before_it_captures);
+    tcase_add_test(tc, two_interleaved_steps_keep_their_own_graphs);
     suite_add_tcase(s, tc);
     return tu_run_suite(s);
 }
