@@ -73,7 +73,8 @@ enum {
     MOE_ERR_COMM = 8,             /* a collective failed */
     MOE_ERR_TIMEOUT = 9,
     MOE_ERR_CALLBACK = 10,        /* a host hook reported failure */
-    MOE_ERR_INTERNAL = 11
+    MOE_ERR_INTERNAL = 11,
+    MOE_ERR_IO = 12               /* (0.2) a file could not be read or written, or is not what it claims */
 };
 MOE_API const char *moe_status_name(int32_t status);   /* "MOE_ERR_INVALID_ARGUMENT" */
 MOE_API const char *moe_status_string(int32_t status); /* "invalid argument" */
@@ -633,6 +634,88 @@ MOE_API int32_t moe_layer_create_parallel(moe_context *ctx, const moe_layer_conf
  * expert over dp_comm (each skipped when NULL). Call once after the backward of the last micro-batch. */
 MOE_API int32_t moe_layer_reduce_grads(moe_layer *layer, void *stream);
 
+/* ================================================================ checkpoints (0.2)
+ * A layer's whole training state as named tensors (its state dictionary), saved to safetensors files, one
+ * per rank, and loaded onto any EP x ETP layout of the same layer: every rank reads the slices of its own
+ * layout from whichever files hold them (docs/checkpoints.md: names, files, guarantees). */
+enum {
+    MOE_STATE_PARAM = 0,       /* a parameter slot (EXPERT_BIAS included) */
+    MOE_STATE_GRAD = 1,        /* a parameter's gradient; listed and saved with MOE_CHECKPOINT_GRADS */
+    MOE_STATE_ACCUMULATOR = 2, /* a per-rank running sum the next step reads: the expert-bias token counts,
+                                * the MOE_AUX_GLOBAL state; saved per rank, loaded rank by rank (same rank
+                                * count) or reset (MOE_CHECKPOINT_RESET_ACCUMULATORS) */
+    MOE_STATE_COMPANION = 3    /* a host tensor attached to a slot (moe_layer_attach_state): optimizer
+                                * moments, master weights; sliced like its slot */
+};
+/* One entry. The slice is a box in `view`, a row-major view of the global tensor with the same bytes:
+ * the global shape itself, except the gated EXPERT_FC1 (and its gradient and companions), viewed as
+ * [E, 2, F, H] (gate rows, up rows) so that an ETP shard is one box. A rank holding the whole tensor
+ * has offset 0 and length = view_shape. */
+typedef struct moe_state_entry {
+    uint32_t struct_size;  /* set by the caller (moe_state_entry_init); the engine fills
+                            * n = min(struct_size, its size) bytes and sets struct_size = n */
+    int32_t kind;          /* MOE_STATE_* */
+    int32_t slot;          /* the MOE_PARAM_* slot it is or follows; -1 for accumulators */
+    int32_t dtype;         /* MOE_DTYPE_* as the layer (or the host, for companions) stores it */
+    int32_t ndim;          /* of shape */
+    int32_t view_ndim;     /* of view_shape, offset, length */
+    int64_t shape[4];      /* global shape: the single-rank layer's (accumulators: this rank's own) */
+    int64_t view_shape[4];
+    int64_t offset[4];     /* this rank's box in the view */
+    int64_t length[4];
+    char name[96];         /* stable: "experts.fc1.weight", "experts.fc1.weight.grad", ... (NUL-terminated) */
+} moe_state_entry;
+/* Zeroes struct_size bytes of out and sets out->struct_size. */
+MOE_API int32_t moe_state_entry_init(moe_state_entry *out, size_t struct_size);
+
+enum {
+    MOE_CHECKPOINT_GRADS = 1,   /* list, save and load the gradients too (mid-accumulation checkpoints) */
+    MOE_CHECKPOINT_CAST = 2,    /* load: allow a dtype change that is not exact (fp32 -> bf16 rounds to
+                                 * nearest even); without it only exact widenings load (bf16 -> fp32 -> fp64) */
+    MOE_CHECKPOINT_RESET_ACCUMULATORS = 4 /* load: zero the accumulators instead of requiring the saved
+                                 * rank count (they are per-rank sums and cannot be resharded) */
+};
+/* The entries of the layer's state, in a fixed order (parameters in MOE_PARAM_* order, then gradients,
+ * accumulators, companions); flags: MOE_CHECKPOINT_GRADS or 0. */
+MOE_API int32_t moe_layer_state_count(const moe_layer *layer, int32_t flags, int32_t *count);
+MOE_API int32_t moe_layer_state_entry(const moe_layer *layer, int32_t flags, int32_t index, moe_state_entry *out);
+/* Attaches a host tensor to a parameter slot under the host's name (1-63 characters of [A-Za-z0-9_.-],
+ * unique in the layer; entry name "<slot's name>.<name>"): it must have the slot's local shape (this
+ * rank's slice, as moe_layer_param shows it), be contiguous, and live in host memory (kDLCPU) or the
+ * layer's device memory; any dtype the engine stores (fp32, bf16, fp64). Save reads it and load writes it,
+ * sliced and resharded like the slot. The layer keeps only the pointer: the memory must stay valid until
+ * moe_layer_detach_state or the layer's destruction. */
+MOE_API int32_t moe_layer_attach_state(moe_layer *layer, int32_t slot, const char *name, const DLTensor *tensor);
+MOE_API int32_t moe_layer_detach_state(moe_layer *layer, int32_t slot, const char *name);
+
+typedef struct moe_checkpoint_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    const char *dir;  /* the checkpoint's directory; save creates it (one level) when missing */
+    const char *name; /* the file stem in dir, so that several layers can share one directory; NULL =
+                       * "moe"; 1-63 characters of [A-Za-z0-9_.-] */
+    moe_comm *comm;   /* every rank that saves (loads) this layer's state calls with a comm of all of them:
+                       * the rank count of the files, the agreement on success; NULL = this rank alone */
+    int32_t flags;    /* MOE_CHECKPOINT_* */
+    int32_t reserved0;
+} moe_checkpoint_config;
+MOE_API int32_t moe_checkpoint_config_init(moe_checkpoint_config *cfg, size_t struct_size);
+/* Writes this rank's state to "<dir>/<name>-<generation>-rank<r>-of<n>.safetensors", then (rank 0,
+ * once every rank's file is complete on disk) commits them by renaming "<dir>/<name>.index.json" into
+ * place, then removes the files of the generation it replaced. Each file is written under a temporary
+ * name, flushed and renamed: a crash at any point leaves the old checkpoint or the new one. Copies
+ * what the layer's earlier calls on any stream left; the layer is held only while its state is copied
+ * off the device. An error on any rank is returned on every rank and leaves the old checkpoint. */
+MOE_API int32_t moe_layer_save(moe_layer *layer, const moe_checkpoint_config *cfg);
+/* Loads the checkpoint committed in "<dir>/<name>.index.json" into the layer, whatever EP x ETP layout
+ * and rank count saved it: each rank reads only the files holding its slices. Everything is read and
+ * checked first (index, headers, per-tensor CRC-32, coverage of every slice, the layer config, dtypes);
+ * any failure, on any rank, is returned on every rank and leaves every layer exactly as it was:
+ * MOE_ERR_IO for a missing, truncated or corrupted file (the message names the file and tensor),
+ * MOE_ERR_INVALID_ARGUMENT for a checkpoint of another layer config or a dtype change not allowed. */
+MOE_API int32_t moe_layer_load(moe_layer *layer, const moe_checkpoint_config *cfg);
+
 /* ================================================================ standalone token dispatcher (0.2)
  * For hosts with their own experts: moves the tokens of a routing decision the host made (expert
  * indices and probabilities) to the ranks owning those experts and back, with the layer's semantics
@@ -831,7 +914,9 @@ enum {
     MOE_STRUCT_PLAN_MODEL = 13,
     MOE_STRUCT_PLAN_PARALLEL = 14,
     MOE_STRUCT_PLAN_RESULT = 15,
-    MOE_STRUCT_NONFINITE_REPORT = 16
+    MOE_STRUCT_NONFINITE_REPORT = 16,
+    MOE_STRUCT_STATE_ENTRY = 17,
+    MOE_STRUCT_CHECKPOINT_CONFIG = 18
 };
 /* *size = the struct's size in this library (its sizeof); *min_size = its size in its first release, the
  * smallest struct_size the library accepts (docs/abi.md lists both). Either pointer may be NULL. A host
@@ -874,7 +959,9 @@ enum {
     MOE_ENUM_PLAN_CATEGORY = 29,    /* the categories of moe_plan_result.bytes */
     MOE_ENUM_PLAN_COMM = 30,        /* MOE_PLAN_COMM_* */
     MOE_ENUM_STRUCT = 31,           /* MOE_STRUCT_* */
-    MOE_ENUM_NONFINITE_KIND = 32    /* MOE_NONFINITE_KIND_* */
+    MOE_ENUM_NONFINITE_KIND = 32,   /* MOE_NONFINITE_KIND_* */
+    MOE_ENUM_STATE = 33,            /* MOE_STATE_* */
+    MOE_ENUM_CHECKPOINT = 34        /* MOE_CHECKPOINT_* (bits) */
 };
 /* The name of a constant as this header spells it ("MOE_ACT_GELU", "MOE_PARAM_EXPERT_FC1"), a static
  * string; NULL when the family has no constant of that value (or the family is unknown). The counts

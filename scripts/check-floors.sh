@@ -4,14 +4,14 @@
 #   scripts/check-floors.sh BUILD_DIR
 # Fails when a file of src/ uses a symbol defined by a file on a higher floor, or when files use one
 # another in a circle (GNU tsort finds it). Floors, bottom up:
-#   base 1 < backend 2 < runtime 3 < comm, parallel 4 < core 5 < plan 6 < api 7
+#   base 1 < backend 2 < runtime 3 < comm, parallel 4 < core 5 < plan, ckpt 6 < api 7
 set -euo pipefail
 build="${1:?usage: $0 BUILD_DIR}"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 floor_of() {
   case "$1" in
     src/base/*) echo 1 ;; src/backend/*) echo 2 ;; src/runtime/*) echo 3 ;;
-    src/comm/*|src/parallel/*) echo 4 ;; src/core/*) echo 5 ;; src/plan/*) echo 6 ;; src/api/*) echo 7 ;;
+    src/comm/*|src/parallel/*) echo 4 ;; src/core/*) echo 5 ;; src/plan/*|src/ckpt/*) echo 6 ;; src/api/*) echo 7 ;;
     *) echo 0 ;;
   esac
 }

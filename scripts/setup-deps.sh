@@ -15,6 +15,8 @@ packages=(
   libdlpack-dev     # dlpack/dlpack.h (v0.6), the tensor exchange format of the ABI
   libopenblas-dev   # CPU GEMMs of fp64 layers (the reference precision)
   libdnnl-dev       # oneDNN: CPU GEMMs of fp32 / bf16 layers
+  libjansson-dev    # JSON of the safetensors checkpoint headers (src/ckpt)
+  zlib1g-dev        # CRC-32 of checkpoint tensors (src/ckpt)
   ocl-icd-opencl-dev # OpenCL loader: Debian's oneDNN CMake package requires it at configure time
   valgrind          # memcheck over the unit tests (tests/valgrind/run.sh) and the install test
   python3-torch     # PyTorch reference in the benchmarks (run with /usr/bin/python3)

@@ -55,6 +55,8 @@ const moe_struct_desc moe_desc_plan_model = UNCHANGED(moe_plan_model, "0.2");
 const moe_struct_desc moe_desc_plan_parallel = UNCHANGED(moe_plan_parallel, "0.2");
 const moe_struct_desc moe_desc_plan_result = UNCHANGED(moe_plan_result, "0.2");
 const moe_struct_desc moe_desc_nonfinite_report = UNCHANGED(moe_nonfinite_report, "0.2");
+const moe_struct_desc moe_desc_state_entry = UNCHANGED(moe_state_entry, "0.2");
+const moe_struct_desc moe_desc_checkpoint_config = UNCHANGED(moe_checkpoint_config, "0.2");
 
 /* ---------------------------------------------------------------- checks */
 int32_t moe_struct_check_size(moe_context *ctx, const moe_struct_desc *d, size_t size, const char *what)

@@ -68,7 +68,19 @@ struct moe_layer {
     /* MOE_AUX_GLOBAL running state over the micro-batches of a global batch (device, [E+2] double:
      * counts, token total, micro-batches; the aux_loss op's `global`) */
     double *global_state;
+    /* host tensors attached to slots (moe_layer_attach_state): saved and loaded with their slot by the
+     * checkpoints (src/ckpt); the host owns their memory */
+    struct moe_state_attachment *attached;
+    int32_t num_attached;
 };
+
+typedef struct moe_state_attachment {
+    int32_t slot;
+    int32_t dtype;   /* MOE_DTYPE_* */
+    int32_t on_host; /* host memory on a device context (a CPU context's memory is host memory anyway) */
+    char name[64];
+    void *data;      /* contiguous, the slot's local shape */
+} moe_state_attachment;
 
 enum { MOE_STEP_STATE_EMPTY = 0, MOE_STEP_STATE_FORWARD = 1, MOE_STEP_STATE_DATA_GRAD = 2, MOE_STEP_STATE_DONE = 3 };
 

@@ -17,6 +17,7 @@ void moe_layer_release_ref(moe_layer *L)
     moe_comm *comms[6] = {L->ep_comm, L->etp_comm, L->aux_comm, L->edp_comm, L->dp_comm, L->bias_comm};
     for (int i = 0; i < 6; i++)
         if (comms[i]) moe_comm_release_ref(comms[i]);
+    moe_host_free(L->attached);
     moe_host_free(L);
     moe_context_release_ref(ctx);
 }

@@ -1,0 +1,250 @@
+/*
+ * Saving (ckpt.h). Each rank snapshots its state to host memory (the only time it holds the layer),
+ * writes "<name>-<gen>-rank<r>-of<n>.safetensors" (temporary name, flush, rename), and the ranks agree
+ * that every file is on disk; then rank 0 commits the set by renaming "<name>.index.json" into place
+ * and removes the files of the generation it replaced. Until that rename the old index names the old
+ * files, which nothing touched: a crash anywhere leaves the old checkpoint or the new one.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "base/host_alloc.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/file_io.h"
+#include "ckpt/safetensors.h"
+#include "comm/comm.h"
+
+#define MSG 512
+
+uint32_t moe_ckpt_crc32(const void *p, size_t n)
+{
+    uLong c = crc32(0L, Z_NULL, 0);
+    const Bytef *b = p;
+    while (n > 0) { /* zlib takes uInt lengths */
+        const uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, b, k);
+        b += k, n -= k;
+    }
+    return (uint32_t)c;
+}
+
+/* Copies every item off the device into one host block (items back to back): the only part of a save
+ * ordered with the layer's calls. */
+static int32_t snapshot(moe_layer *L, const moe_ckpt_item *it, int32_t n, char *block)
+{
+    MOE_ENTER(en, ex, L->ctx, NULL, &L->order);
+    size_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const size_t bytes = (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
+        if (it[i].on_host) memcpy(block + at, it[i].data, bytes);
+        else TRY(moe_copy_to_host(L->ctx, &ex, block + at, it[i].data, bytes));
+        at += bytes;
+    }
+    return MOE_OK;
+}
+
+/* The generation: rank 0's clock and pid, the same on every rank (they take rank 0's). */
+static int32_t agree_generation(moe_comm *comm, char gen[24])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t mine = (int64_t)(((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 44));
+    if (comm && comm->size > 1) {
+        const int32_t n = comm->size;
+        int64_t *all = moe_host_calloc((size_t)n * 3, sizeof *all), *bytes = all + n, *offs = all + 2 * n;
+        if (!all) return MOE_ERR_OUT_OF_MEMORY;
+        for (int32_t p = 0; p < n; p++) bytes[p] = sizeof(int64_t), offs[p] = p * (int64_t)sizeof(int64_t);
+        int32_t rc = moe_comm_all_gather_v_host(comm, &mine, sizeof mine, all, bytes, offs, NULL);
+        mine = all[0];
+        moe_host_free(all);
+        if (rc) return rc;
+    }
+    snprintf(gen, 24, "%016llx", (unsigned long long)mine);
+    return MOE_OK;
+}
+
+/* The file list of the index this save replaces (*out NULL when there is none, or it is not ours: its
+ * files are then left alone). A read error of an existing index fails the save: the disk is failing. */
+static int32_t old_files(const char *index_path, json_t **out, char *msg)
+{
+    char *text = NULL;
+    size_t len;
+    *out = NULL;
+    if (access(index_path, F_OK) != 0) return MOE_OK;
+    TRY(moe_file_read_all(index_path, 1u << 24, &text, &len, msg, MSG));
+    json_t *o = json_loadb(text, len, 0, NULL);
+    moe_host_free(text);
+    json_t *files = json_incref(json_object_get(o, "files"));
+    json_decref(o);
+    if (json_is_array(files)) *out = files;
+    else json_decref(files);
+    return MOE_OK;
+}
+
+/* Writes one rank's file; what[1] = its size, what[2] = the CRC-32 of its header (the index keeps both, so
+ * that a load finds a truncated file or a damaged header before it parses anything). */
+static int32_t write_rank_file(const char *path, moe_st_tensor *t, int32_t n, const moe_st_header *meta,
+                               const char *block, int64_t what[3], char *msg)
+{
+    char *hdr = NULL;
+    size_t hlen = 0;
+    uint64_t data_bytes = 0;
+    int32_t rc = moe_st_header_write(t, n, meta, &hdr, &hlen, &data_bytes);
+    if (rc) {
+        snprintf(msg, MSG, "out of memory for the header of %s", path);
+        return rc;
+    }
+    what[1] = (int64_t)(hlen + data_bytes);
+    what[2] = (int64_t)moe_ckpt_crc32(hdr, hlen);
+    moe_file_out f;
+    rc = moe_file_create(&f, path, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_write(&f, hdr, hlen, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_write(&f, block, (size_t)data_bytes, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_commit(&f, msg, MSG);
+    else moe_file_abort(&f);
+    moe_host_free(hdr);
+    return rc;
+}
+
+/* what: per rank {status, file size, header CRC-32} */
+static int32_t write_index(const moe_ckpt_opts *o, const char *gen, int32_t ranks, const int64_t *what,
+                           const char *index_path, char *msg)
+{
+    json_t *files = json_array();
+    for (int32_t r = 0; files && r < ranks; r++) {
+        char *fn = moe_ckpt_file_name(o, gen, r, ranks), crc[9];
+        snprintf(crc, sizeof crc, "%08x", (unsigned)what[3 * r + 2]);
+        json_t *f = fn ? json_pack("{s:s, s:I, s:s}", "file", fn, "bytes", (json_int_t)what[3 * r + 1],
+                                   "header_crc32", crc)
+                       : NULL;
+        if (!f || json_array_append_new(files, f) != 0) {
+            moe_host_free(fn);
+            json_decref(files);
+            files = NULL;
+            break;
+        }
+        moe_host_free(fn);
+    }
+    json_t *idx = files ? json_pack("{s:s, s:s, s:s, s:i, s:o, s:s}", "format", MOE_ST_FORMAT, "name", o->name,
+                                    "generation", gen, "ranks", ranks, "files", files, "libmoe_version",
+                                    moe_version_string())
+                        : NULL;
+    char *text = idx ? json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(idx);
+    if (!text) {
+        snprintf(msg, MSG, "out of memory for the index");
+        return MOE_ERR_OUT_OF_MEMORY;
+    }
+    moe_file_out f;
+    int32_t rc = moe_file_create(&f, index_path, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_write(&f, text, strlen(text), msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_write(&f, "\n", 1, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_commit(&f, msg, MSG);
+    else moe_file_abort(&f);
+    free(text);
+    return rc;
+}
+
+/* all[3 * r ..] <- rank r's v[3] (comm NULL: this rank's own). */
+static int32_t gather3(moe_comm *comm, const int64_t v[3], int64_t *all)
+{
+    if (!comm || comm->size == 1) {
+        memcpy(all, v, 3 * sizeof *v);
+        return MOE_OK;
+    }
+    const int32_t n = comm->size;
+    int64_t *sizes = moe_host_calloc((size_t)n * 2, sizeof *sizes), *offs = sizes + n;
+    if (!sizes) return MOE_ERR_OUT_OF_MEMORY;
+    for (int32_t p = 0; p < n; p++) sizes[p] = 3 * sizeof(int64_t), offs[p] = p * 3 * (int64_t)sizeof(int64_t);
+    const int32_t rc = moe_comm_all_gather_v_host(comm, v, 3 * sizeof(int64_t), all, sizes, offs, NULL);
+    moe_host_free(sizes);
+    return rc;
+}
+
+int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
+{
+    moe_context *ctx = L->ctx;
+    const int32_t rank = o->comm ? o->comm->rank : 0, ranks = o->comm ? o->comm->size : 1;
+    char msg[MSG] = "", gen[24] = "";
+    moe_ckpt_item *it = NULL;
+    moe_st_tensor *t = NULL;
+    char *block = NULL, *config = NULL, *index_path = NULL, *fname = NULL, *path = NULL;
+    json_t *old = NULL;
+    int32_t n = 0, bad = -1, wrote = 0;
+    int64_t what[3] = {0, 0, 0}, *whats = moe_host_calloc((size_t)ranks * 3, sizeof *whats);
+    if (!whats) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_save: out of host memory");
+
+    int32_t rc = agree_generation(o->comm, gen);
+    if (rc) {
+        moe_host_free(whats);
+        return moe_errorf(ctx, rc, "moe_layer_save: the ranks could not agree on a generation");
+    }
+    rc = moe_ckpt_items(L, o->flags, &it, &n);
+    config = moe_ckpt_config_json(L);
+    index_path = moe_ckpt_index_path(o);
+    fname = moe_ckpt_file_name(o, gen, rank, ranks);
+    path = fname ? moe_ckpt_join(o->dir, fname) : NULL;
+    size_t total = 0;
+    for (int32_t i = 0; rc == MOE_OK && i < n; i++) total += (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
+    if (rc == MOE_OK) {
+        block = moe_host_malloc(total ? total : 1);
+        t = moe_host_calloc((size_t)(n ? n : 1), sizeof *t);
+    }
+    if (rc == MOE_OK && (!config || !index_path || !path || !block || !t)) rc = MOE_ERR_OUT_OF_MEMORY;
+    if (rc) snprintf(msg, MSG, "out of memory (%zu bytes of state)", total);
+    if (rc == MOE_OK) {
+        rc = snapshot(L, it, n, block); /* the layer is free again from here */
+        if (rc) snprintf(msg, MSG, "could not copy the layer's state off the device");
+    }
+    if (rc == MOE_OK) {
+        size_t at = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const size_t bytes = (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
+            t[i].e = it[i].e;
+            t[i].crc = moe_ckpt_crc32(block + at, bytes);
+            at += bytes;
+        }
+        rc = moe_file_mkdir(o->dir, msg, MSG);
+    }
+    if (rc == MOE_OK && rank == 0) rc = old_files(index_path, &old, msg);
+    if (rc == MOE_OK) {
+        moe_st_header meta = {.rank = rank, .ranks = ranks, .config = config};
+        snprintf(meta.generation, sizeof meta.generation, "%s", gen);
+        rc = write_rank_file(path, t, n, &meta, block, what, msg);
+        wrote = rc == MOE_OK;
+    }
+    moe_host_free(block), block = NULL; /* before waiting for the peers */
+    /* every rank's file is on disk, or none is committed */
+    what[0] = rc;
+    int32_t all = gather3(o->comm, what, whats);
+    for (int32_t r = 0; all == MOE_OK && r < ranks; r++)
+        if (whats[3 * r] != MOE_OK) bad = r, all = (int32_t)whats[3 * r];
+    if (all == MOE_OK && rank == 0) rc = write_index(o, gen, ranks, whats, index_path, msg);
+    if (all == MOE_OK) all = moe_ckpt_agree(o->comm, rc, &bad);
+    if (all != MOE_OK) {
+        if (wrote) unlink(path); /* the old index never named it */
+        if (rc == MOE_OK && bad >= 0)
+            snprintf(msg, MSG, "rank %d of %d failed (its own error says why); the previous checkpoint is kept", bad, ranks);
+        rc = all;
+    } else if (rank == 0 && old) { /* the new set is committed: the replaced files go */
+        size_t i;
+        json_t *f;
+        json_array_foreach(old, i, f) {
+            const char *fn = json_string_value(json_object_get(f, "file"));
+            if (!fn || strchr(fn, '/') || fn[0] == '.' || strstr(fn, gen)) continue;
+            char *p = moe_ckpt_join(o->dir, fn);
+            if (p) unlink(p);
+            moe_host_free(p);
+        }
+    }
+    json_decref(old);
+    moe_host_free(whats);
+    moe_host_free(t), moe_host_free(it), moe_host_free(config), moe_host_free(index_path), moe_host_free(fname);
+    moe_host_free(path);
+    if (rc) return moe_errorf(ctx, rc, "moe_layer_save: %s", msg);
+    return MOE_OK;
+}
