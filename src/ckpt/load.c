@@ -189,7 +189,7 @@ static int32_t stage(load_state *s, int32_t i, int32_t my_rank, int32_t my_ranks
             const int64_t ov = moe_ckpt_overlap(e->view_ndim, p->e.offset, p->e.length, e->offset, e->length);
             if (ov == 0) continue; /* not this rank's: never read */
             int dup = 0; /* a data-parallel replica saved the same box: read it once */
-            for (int32_t r2 = 0; r2 < r && !dup; r2++)
+            for (int32_t r2 = 0; r2 < r && !dup && !acc; r2++)
                 for (int32_t k2 = 0; k2 < s->f[r2].h.n && !dup; k2++)
                     dup = strcmp(s->f[r2].h.t[k2].e.name, e->name) == 0 && same_box(e->view_ndim, &s->f[r2].h.t[k2].e, &p->e);
             if (dup) continue;
