@@ -21,14 +21,16 @@ foreach(np 1 2 4)
 endforeach()
 
 # Checkpoints across layouts (tests/mpi/test_checkpoint_ep.c): every saving layout onto every loading
-# one, resumed runs bitwise, a missing rank file failing every rank.
+# one, resumed runs bitwise, a missing rank file failing every rank, and a plain NumPy reader
+# (tests/python/read_checkpoint.py, run by rank 0 with /usr/bin/python3) reassembling the files.
 add_executable(test_checkpoint_ep ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_ep.c ${CMAKE_CURRENT_LIST_DIR}/rank_split.c)
 target_link_libraries(test_checkpoint_ep PRIVATE moe MPI::MPI_C m)
 target_compile_definitions(test_checkpoint_ep PRIVATE _POSIX_C_SOURCE=200809L)
 moe_set_warnings(test_checkpoint_ep)
 foreach(np 1 2 4)
   add_test(NAME checkpoint_ep_np${np}
-           COMMAND ${MOE_LAYER_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_checkpoint_ep> ${MPIEXEC_POSTFLAGS})
+           COMMAND ${MOE_LAYER_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:test_checkpoint_ep> ${MPIEXEC_POSTFLAGS}
+                   ${CMAKE_SOURCE_DIR}/tests/python/read_checkpoint.py)
   set_tests_properties(checkpoint_ep_np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
                        PASS_REGULAR_EXPRESSION "[0-9]+ passed, 0 failed" FAIL_REGULAR_EXPRESSION "FAIL")
 endforeach()

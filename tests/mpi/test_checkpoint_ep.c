@@ -7,6 +7,8 @@
  *
  * Parameters are set from a function of their global position (g below), placed with each rank's
  * state-dictionary boxes, so the check needs no gather: every loaded element must equal g there.
+ * With the path of tests/python/read_checkpoint.py as argument, rank 0 also has that plain NumPy reader
+ * reassemble every saving layout's files and check them against g.
  * Rank 0 prints one line per case and "N passed, M failed".
  */
 #include <stdint.h>
@@ -26,6 +28,7 @@ enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_GLOB = 40, MSG = 512 };
 
 static int g_rank, g_size;
 static char g_dir[256];
+static const char *g_reader; /* tests/python/read_checkpoint.py, or NULL */
 
 typedef struct layout {
     int ep, etp; /* 0, 0: each rank alone, with a single-rank layer and no comm */
@@ -206,10 +209,20 @@ static int reshard(layout s, layout d)
     if (!st) st = ckpt(ld, ctx, d.ep ? cd.world : NULL, 0, same_ranks ? 0 : MOE_CHECKPOINT_RESET_ACCUMULATORS, msg);
     if (!st) st = for_each_param(ctx, ld, 0, msg, &mismatch);
     if (!st && mismatch) snprintf(msg, MSG, "%d parameter elements differ from the saved layer's", mismatch);
+    /* a plain NumPy reader sees the same global tensors (once per saving layout) */
+    int reader_ok = 1;
+    if (!st && d.ep == 0 && g_reader && g_rank == 0) {
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s moe --check-g > %s/reader.log 2>&1", g_reader, g_dir, g_dir);
+        reader_ok = system(cmd) == 0;
+        if (!reader_ok) snprintf(msg, MSG, "the NumPy reader failed: see %s/reader.log", g_dir);
+        snprintf(cmd, sizeof cmd, "tail -1 %s/reader.log", g_dir);
+        if (system(cmd) != 0) reader_ok = 0;
+    }
     moe_layer_destroy(ls), moe_layer_destroy(ld);
     free_comms(&cs), free_comms(&cd);
     moe_context_destroy(ctx);
-    return report(name, !st && !mismatch, msg);
+    return report(name, !st && !mismatch && reader_ok, msg);
 }
 
 static void fill(float *x, int64_t n, uint64_t seed)
@@ -326,6 +339,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    g_reader = argc > 1 ? argv[1] : NULL;
     if (g_rank == 0) {
         snprintf(g_dir, sizeof g_dir, "/tmp/moe_ckpt_mpi_XXXXXX");
         if (!mkdtemp(g_dir)) g_dir[0] = 0;
