@@ -89,33 +89,30 @@ int32_t moe_file_write(moe_file_out *f, const void *p, size_t n, char *msg, size
     return MOE_OK;
 }
 
-static int32_t sync_dir(const char *path, char *msg, size_t cap)
+int32_t moe_file_commit(moe_file_out *f, int *renamed, char *msg, size_t cap)
 {
-    char *copy = dup_str(path);
-    if (!copy) return MOE_ERR_OUT_OF_MEMORY;
-    const char *dir = dirname(copy);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    *renamed = 0;
     int32_t rc = MOE_OK;
-    if (fd < 0 || fsync(fd) != 0) rc = io_error(msg, cap, "cannot flush directory", dir, errno);
-    if (fd >= 0) close(fd);
-    moe_host_free(copy);
-    return rc;
-}
-
-int32_t moe_file_commit(moe_file_out *f, char *msg, size_t cap)
-{
-    int32_t rc = MOE_OK;
+    char *dir = dup_str(f->path); /* before the rename: after it, nothing may fail but the flush */
+    if (!dir) {
+        snprintf(msg, cap, "out of memory");
+        moe_file_abort(f);
+        return MOE_ERR_OUT_OF_MEMORY;
+    }
     if (fsync(f->fd) != 0) rc = io_error(msg, cap, "cannot flush", f->tmp, errno);
     if (close(f->fd) != 0 && rc == MOE_OK) rc = io_error(msg, cap, "cannot close", f->tmp, errno);
     f->fd = -1;
     if (rc == MOE_OK && rename(f->tmp, f->path) != 0) rc = io_error(msg, cap, "cannot rename into", f->path, errno);
-    if (rc != MOE_OK) {
-        moe_file_abort(f);
-        return rc;
+    if (rc == MOE_OK) {
+        *renamed = 1;
+        moe_host_free(f->tmp), f->tmp = NULL; /* nothing left to remove */
+        const char *d = dirname(dir);
+        int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) != 0) rc = io_error(msg, cap, "cannot flush directory", d, errno);
+        if (fd >= 0) close(fd);
     }
-    moe_host_free(f->tmp), f->tmp = NULL;
-    rc = sync_dir(f->path, msg, cap);
-    moe_file_abort(f); /* frees the names; nothing left to remove */
+    moe_host_free(dir);
+    moe_file_abort(f);
     return rc;
 }
 

@@ -19,8 +19,9 @@ typedef struct moe_file_out {
 
 int32_t moe_file_create(moe_file_out *f, const char *path, char *msg, size_t cap);
 int32_t moe_file_write(moe_file_out *f, const void *p, size_t n, char *msg, size_t cap);
-/* fsync, close, rename over path, fsync the directory; the file is closed either way. */
-int32_t moe_file_commit(moe_file_out *f, char *msg, size_t cap);
+/* fsync, close, rename over path, fsync the directory; the file is closed either way. *renamed = 1 once
+ * the rename happened (a failure after it is the directory's flush: the new file is in place). */
+int32_t moe_file_commit(moe_file_out *f, int *renamed, char *msg, size_t cap);
 /* Closes and removes the temporary file (after a failure). */
 void moe_file_abort(moe_file_out *f);
 

@@ -101,10 +101,11 @@ static int32_t write_rank_file(const char *path, moe_st_tensor *t, int32_t n, co
     what[1] = (int64_t)(hlen + data_bytes);
     what[2] = (int64_t)moe_ckpt_crc32(hdr, hlen);
     moe_file_out f;
+    int renamed = 0;
     rc = moe_file_create(&f, path, msg, MSG);
     if (rc == MOE_OK) rc = moe_file_write(&f, hdr, hlen, msg, MSG);
     if (rc == MOE_OK) rc = moe_file_write(&f, block, (size_t)data_bytes, msg, MSG);
-    if (rc == MOE_OK) rc = moe_file_commit(&f, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_commit(&f, &renamed, msg, MSG); /* cleans up after itself */
     else moe_file_abort(&f);
     moe_host_free(hdr);
     return rc;
@@ -112,7 +113,7 @@ static int32_t write_rank_file(const char *path, moe_st_tensor *t, int32_t n, co
 
 /* what: per rank {status, file size, header CRC-32} */
 static int32_t write_index(const moe_ckpt_opts *o, const char *gen, int32_t ranks, const int64_t *what,
-                           const char *index_path, char *msg)
+                           const char *index_path, int *renamed, char *msg)
 {
     json_t *files = json_array();
     for (int32_t r = 0; files && r < ranks; r++) {
@@ -143,7 +144,7 @@ static int32_t write_index(const moe_ckpt_opts *o, const char *gen, int32_t rank
     int32_t rc = moe_file_create(&f, index_path, msg, MSG);
     if (rc == MOE_OK) rc = moe_file_write(&f, text, strlen(text), msg, MSG);
     if (rc == MOE_OK) rc = moe_file_write(&f, "\n", 1, msg, MSG);
-    if (rc == MOE_OK) rc = moe_file_commit(&f, msg, MSG);
+    if (rc == MOE_OK) rc = moe_file_commit(&f, renamed, msg, MSG);
     else moe_file_abort(&f);
     free(text);
     return rc;
@@ -175,6 +176,7 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     char *block = NULL, *config = NULL, *index_path = NULL, *fname = NULL, *path = NULL;
     json_t *old = NULL;
     int32_t n = 0, bad = -1, wrote = 0;
+    int committed = 0;
     int64_t what[3] = {0, 0, 0}, *whats = moe_host_calloc((size_t)ranks * 3, sizeof *whats);
     if (!whats) return moe_errorf(ctx, MOE_ERR_OUT_OF_MEMORY, "moe_layer_save: out of host memory");
 
@@ -215,7 +217,7 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
         moe_st_header meta = {.rank = rank, .ranks = ranks, .config = config};
         snprintf(meta.generation, sizeof meta.generation, "%s", gen);
         rc = write_rank_file(path, t, n, &meta, block, what, msg);
-        wrote = rc == MOE_OK;
+        wrote = 1; /* the new name may exist even when a flush after its rename failed */
     }
     moe_host_free(block), block = NULL; /* before waiting for the peers */
     /* every rank's file is on disk, or none is committed */
@@ -223,10 +225,16 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     int32_t all = gather3(o->comm, what, whats);
     for (int32_t r = 0; all == MOE_OK && r < ranks; r++)
         if (whats[3 * r] != MOE_OK) bad = r, all = (int32_t)whats[3 * r];
-    if (all == MOE_OK && rank == 0) rc = write_index(o, gen, ranks, whats, index_path, msg);
-    if (all == MOE_OK) all = moe_ckpt_agree(o->comm, rc, &bad);
+    if (all == MOE_OK && rank == 0) rc = write_index(o, gen, ranks, whats, index_path, &committed, msg);
+    if (all == MOE_OK) { /* every rank learns whether rank 0's index moved: then the new files stay */
+        const int64_t mine[3] = {rc, committed, 0};
+        all = gather3(o->comm, mine, whats);
+        committed = all == MOE_OK ? (int32_t)whats[1] : 0;
+        for (int32_t r = 0; all == MOE_OK && r < ranks; r++)
+            if (whats[3 * r] != MOE_OK) bad = r, all = (int32_t)whats[3 * r];
+    }
     if (all != MOE_OK) {
-        if (wrote) unlink(path); /* the old index never named it */
+        if (wrote && !committed) unlink(path); /* the old index never named it */
         if (rc == MOE_OK && bad >= 0)
             snprintf(msg, MSG, "rank %d of %d failed (its own error says why); the previous checkpoint is kept", bad, ranks);
         rc = all;
@@ -236,9 +244,8 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
         json_array_foreach(old, i, f) {
             const char *fn = json_string_value(json_object_get(f, "file"));
             if (!fn || strchr(fn, '/') || fn[0] == '.' || strstr(fn, gen)) continue;
-            char *p = moe_ckpt_join(o->dir, fn);
-            if (p) unlink(p);
-            moe_host_free(p);
+            char p[4096]; /* no allocation after the commit: nothing may fail it */
+            if ((size_t)snprintf(p, sizeof p, "%s/%s", o->dir, fn) < sizeof p) unlink(p);
         }
     }
     json_decref(old);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/host_alloc.h"
 #include "ckpt/file_io.h"
 #include "layerutil.h"
 
@@ -440,6 +441,65 @@ saved:
 }
 END_TEST
 
+/* Every host allocation of a save and of a load fails once, in turn (src/base/host_alloc.h's seam):
+ * MOE_ERR_OUT_OF_MEMORY with a message, the previous checkpoint kept, the loading layer unchanged,
+ * nothing leaked. */
+START_TEST(every_allocation_fails_once)
+{
+    char *dir = make_dir();
+    lu_layer a, b;
+    moe_layer_config ca = config(MOE_DTYPE_BF16, 1), cb = config(MOE_DTYPE_BF16, 2);
+    lu_create(&a, &ca, 1);
+    lu_create(&b, &cb, 1);
+    float m[E * H * F];
+    int64_t shape[3] = {E, H, F};
+    tu_tensor tm;
+    tu_tensor_f32(&tm, m, 3, shape);
+    tu_fill_uniform_f(m, E * H * F, 3, -1, 1);
+    ck_assert_int_eq(moe_layer_attach_state(a.layer, MOE_PARAM_EXPERT_FC2, "exp_avg_sq", &tm.t), MOE_OK);
+    ck_assert_int_eq(save(&a, dir, MOE_CHECKPOINT_GRADS), MOE_OK);
+    image first = capture(&a);
+    unsigned char y[T * H * 2];
+    train_step(&a, 0, y);
+    int walked[2] = {0, 0};
+    for (int op = 0; op < 2; op++) /* 0: save, 1: load */
+        for (int64_t k = 1;; k++) {
+            image before = capture(&b);
+            const int64_t live = moe_host_live();
+            moe_fault_host_arm(k, 0);
+            const int32_t st = op == 0 ? save(&a, dir, MOE_CHECKPOINT_GRADS) : load(&b, dir, MOE_CHECKPOINT_GRADS);
+            const int fired = moe_fault_host_fired();
+            moe_fault_host_arm(0, 0);
+            ck_assert_msg(moe_host_live() == live, "%s, allocation %lld: %lld host blocks leaked", op ? "load" : "save",
+                          (long long)k, (long long)(moe_host_live() - live));
+            image after = capture(&b);
+            if (!fired) {
+                ck_assert_int_eq(st, MOE_OK);
+                free(before.p), free(after.p);
+                break;
+            }
+            walked[op]++;
+            ck_assert_msg(st == MOE_ERR_OUT_OF_MEMORY, "%s, allocation %lld: status %d (%s)", op ? "load" : "save",
+                          (long long)k, st, lu_last_error(op ? &b : &a));
+            ck_assert(same(before, after));
+            if (op == 0) { /* the first checkpoint is still the committed one */
+                ck_assert_int_eq(count_files(dir, ".safetensors"), 1);
+                ck_assert_int_eq(load(&b, dir, MOE_CHECKPOINT_GRADS), MOE_OK);
+                image got = capture(&b);
+                ck_assert(same(got, first));
+                free(got.p);
+            }
+            free(before.p), free(after.p);
+        }
+    printf("checkpoint: save walked %d host allocations, load %d\n", walked[0], walked[1]);
+    ck_assert_int_gt(walked[0], 5);
+    ck_assert_int_gt(walked[1], 5);
+    free(first.p);
+    lu_destroy(&a), lu_destroy(&b);
+    remove_dir(dir);
+}
+END_TEST
+
 START_TEST(companions_follow_their_slot)
 {
     char *dir = make_dir();
@@ -533,6 +593,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, another_config_is_refused);
     tcase_add_test(tc, damaged_files_are_refused);
     tcase_add_test(tc, failed_io_keeps_the_old_checkpoint);
+    tcase_add_test(tc, every_allocation_fails_once);
     tcase_add_test(tc, companions_follow_their_slot);
     tcase_add_test(tc, bad_arguments);
     suite_add_tcase(s, tc);
