@@ -25,6 +25,8 @@ static const moe_struct_desc *const structs[] = {
     [MOE_STRUCT_PLAN_PARALLEL] = &moe_desc_plan_parallel,
     [MOE_STRUCT_PLAN_RESULT] = &moe_desc_plan_result,
     [MOE_STRUCT_NONFINITE_REPORT] = &moe_desc_nonfinite_report,
+    [MOE_STRUCT_STATE_ENTRY] = &moe_desc_state_entry,
+    [MOE_STRUCT_CHECKPOINT_CONFIG] = &moe_desc_checkpoint_config,
 };
 #define NUM_STRUCTS ((int32_t)(sizeof structs / sizeof structs[0]))
 

@@ -22,12 +22,13 @@ static const named family_names[] = {
     N(MOE_ENUM_STEP_FLAG),      N(MOE_ENUM_ROUTING),         N(MOE_ENUM_COMM),          N(MOE_ENUM_GROUP),
     N(MOE_ENUM_DISPATCHER),     N(MOE_ENUM_COMBINE),         N(MOE_ENUM_PLAN_ATTN),     N(MOE_ENUM_PLAN_RECOMPUTE),
     N(MOE_ENUM_PLAN_OFFLOAD),   N(MOE_ENUM_PLAN_CATEGORY),   N(MOE_ENUM_PLAN_COMM),     N(MOE_ENUM_STRUCT),
-    N(MOE_ENUM_NONFINITE_KIND),
+    N(MOE_ENUM_NONFINITE_KIND), N(MOE_ENUM_STATE),           N(MOE_ENUM_CHECKPOINT),
 };
 static const named status_names[] = {
     N(MOE_OK),          N(MOE_ERR_INVALID_ARGUMENT), N(MOE_ERR_UNSUPPORTED), N(MOE_ERR_OUT_OF_MEMORY),
     N(MOE_ERR_VERSION), N(MOE_ERR_STATE),            N(MOE_ERR_NONFINITE),   N(MOE_ERR_BACKEND),
     N(MOE_ERR_COMM),    N(MOE_ERR_TIMEOUT),          N(MOE_ERR_CALLBACK),    N(MOE_ERR_INTERNAL),
+    N(MOE_ERR_IO),
 };
 static const named feature_names[] = {
     N(MOE_FEATURE_CPU),  N(MOE_FEATURE_OPENMP), N(MOE_FEATURE_OPENBLAS), N(MOE_FEATURE_ONEDNN), N(MOE_FEATURE_BF16),
@@ -83,8 +84,13 @@ static const named struct_names[] = {
     N(MOE_STRUCT_STEP_CONFIG),    N(MOE_STRUCT_ROUTING_STATS),   N(MOE_STRUCT_COMM_CONFIG),
     N(MOE_STRUCT_COMM_HOOKS),     N(MOE_STRUCT_LAYOUT_CONFIG),   N(MOE_STRUCT_PARALLEL_CONFIG),
     N(MOE_STRUCT_DISPATCHER_CONFIG), N(MOE_STRUCT_PLAN_MODEL),   N(MOE_STRUCT_PLAN_PARALLEL),
-    N(MOE_STRUCT_PLAN_RESULT),    N(MOE_STRUCT_NONFINITE_REPORT),
+    N(MOE_STRUCT_PLAN_RESULT),    N(MOE_STRUCT_NONFINITE_REPORT), N(MOE_STRUCT_STATE_ENTRY),
+    N(MOE_STRUCT_CHECKPOINT_CONFIG),
 };
+static const named state_names[] = {N(MOE_STATE_PARAM), N(MOE_STATE_GRAD), N(MOE_STATE_ACCUMULATOR),
+                                    N(MOE_STATE_COMPANION)};
+static const named checkpoint_names[] = {N(MOE_CHECKPOINT_GRADS), N(MOE_CHECKPOINT_CAST),
+                                         N(MOE_CHECKPOINT_RESET_ACCUMULATORS)};
 
 typedef struct family {
     const named *names;
@@ -125,6 +131,8 @@ static const family families[] = {
     [MOE_ENUM_PLAN_COMM] = F(plan_comm_names),
     [MOE_ENUM_STRUCT] = F(struct_names),
     [MOE_ENUM_NONFINITE_KIND] = F(nonfinite_kind_names),
+    [MOE_ENUM_STATE] = F(state_names),
+    [MOE_ENUM_CHECKPOINT] = F(checkpoint_names),
 };
 #define NUM_FAMILIES ((int32_t)(sizeof families / sizeof families[0]))
 

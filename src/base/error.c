@@ -26,6 +26,7 @@ MOE_API const char *moe_status_name(int32_t status)
     case MOE_ERR_TIMEOUT: return "MOE_ERR_TIMEOUT";
     case MOE_ERR_CALLBACK: return "MOE_ERR_CALLBACK";
     case MOE_ERR_INTERNAL: return "MOE_ERR_INTERNAL";
+    case MOE_ERR_IO: return "MOE_ERR_IO";
     default: return "MOE_ERR_UNKNOWN";
     }
 }
@@ -45,6 +46,7 @@ MOE_API const char *moe_status_string(int32_t status)
     case MOE_ERR_TIMEOUT: return "timed out";
     case MOE_ERR_CALLBACK: return "a host callback failed";
     case MOE_ERR_INTERNAL: return "internal error";
+    case MOE_ERR_IO: return "a file could not be read or written, or is damaged";
     default: return "unknown status";
     }
 }

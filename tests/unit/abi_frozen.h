@@ -332,4 +332,29 @@ typedef struct moe02_nonfinite_report {
     int64_t first_index;
 } moe02_nonfinite_report;
 
+typedef struct moe02_state_entry {
+    uint32_t struct_size;
+    int32_t kind;
+    int32_t slot;
+    int32_t dtype;
+    int32_t ndim;
+    int32_t view_ndim;
+    int64_t shape[4];
+    int64_t view_shape[4];
+    int64_t offset[4];
+    int64_t length[4];
+    char name[96];
+} moe02_state_entry;
+
+typedef struct moe02_checkpoint_config {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    const char *dir;
+    const char *name;
+    void *comm;
+    int32_t flags;
+    int32_t reserved0;
+} moe02_checkpoint_config;
+
 #endif /* MOE_TEST_ABI_FROZEN_H */

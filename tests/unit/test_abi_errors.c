@@ -628,16 +628,16 @@ START_TEST(test_status_names)
     static const char *const names[] = {"MOE_OK", "MOE_ERR_INVALID_ARGUMENT", "MOE_ERR_UNSUPPORTED",
                                         "MOE_ERR_OUT_OF_MEMORY", "MOE_ERR_VERSION", "MOE_ERR_STATE", "MOE_ERR_NONFINITE",
                                         "MOE_ERR_BACKEND", "MOE_ERR_COMM", "MOE_ERR_TIMEOUT", "MOE_ERR_CALLBACK",
-                                        "MOE_ERR_INTERNAL"};
-    ck_assert_int_eq(MOE_ERR_INTERNAL, 11);
-    for (int32_t st = MOE_OK; st <= MOE_ERR_INTERNAL; st++) {
+                                        "MOE_ERR_INTERNAL", "MOE_ERR_IO"};
+    ck_assert_int_eq(MOE_ERR_IO, 12);
+    for (int32_t st = MOE_OK; st <= MOE_ERR_IO; st++) {
         ck_assert_str_eq(moe_status_name(st), names[st]);
         const char *s = moe_status_string(st);
         ck_assert_msg(s && strlen(s) > 3 && strcmp(s, "unknown status") != 0, "status %d has no description", st);
         for (int32_t j = 0; j < st; j++) ck_assert_str_ne(s, moe_status_string(j));
     }
     ck_assert_str_eq(moe_status_string(MOE_OK), "success");
-    const int32_t unknown[] = {12, -1, 1000, INT32_MIN};
+    const int32_t unknown[] = {13, -1, 1000, INT32_MIN};
     for (int i = 0; i < 4; i++) {
         ck_assert_str_eq(moe_status_name(unknown[i]), "MOE_ERR_UNKNOWN");
         ck_assert_str_eq(moe_status_string(unknown[i]), "unknown status");

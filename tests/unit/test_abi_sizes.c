@@ -235,6 +235,20 @@ START_TEST(frozen_layouts_are_prefixes_of_today)
     SAME(moe02_nonfinite_report, moe_nonfinite_report, first_expert);
     SAME(moe02_nonfinite_report, moe_nonfinite_report, first_kind);
     SAME(moe02_nonfinite_report, moe_nonfinite_report, first_index);
+    GROWS(moe02_state_entry, moe_state_entry);
+    SAME(moe02_state_entry, moe_state_entry, struct_size); SAME(moe02_state_entry, moe_state_entry, kind);
+    SAME(moe02_state_entry, moe_state_entry, slot); SAME(moe02_state_entry, moe_state_entry, dtype);
+    SAME(moe02_state_entry, moe_state_entry, ndim); SAME(moe02_state_entry, moe_state_entry, view_ndim);
+    SAME(moe02_state_entry, moe_state_entry, shape); SAME(moe02_state_entry, moe_state_entry, view_shape);
+    SAME(moe02_state_entry, moe_state_entry, offset); SAME(moe02_state_entry, moe_state_entry, length);
+    SAME(moe02_state_entry, moe_state_entry, name);
+    GROWS(moe02_checkpoint_config, moe_checkpoint_config);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, struct_size);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, api_version);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, next); SAME(moe02_checkpoint_config, moe_checkpoint_config, dir);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, name); SAME(moe02_checkpoint_config, moe_checkpoint_config, comm);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, flags);
+    SAME(moe02_checkpoint_config, moe_checkpoint_config, reserved0);
 }
 END_TEST
 
@@ -256,6 +270,7 @@ WRAP(moe_parallel_config_init, moe_parallel_config)
 WRAP(moe_dispatcher_config_init, moe_dispatcher_config)
 WRAP(moe_plan_model_init, moe_plan_model)
 WRAP(moe_plan_parallel_init, moe_plan_parallel)
+WRAP(moe_checkpoint_config_init, moe_checkpoint_config)
 #define INIT(fn, T, FIRST) {#fn, w_##fn, sizeof(FIRST), sizeof(T)}
 static const init_case inits[] = {
     INIT(moe_context_config_init, moe_context_config, moe01_context_config),
@@ -267,6 +282,7 @@ static const init_case inits[] = {
     INIT(moe_dispatcher_config_init, moe_dispatcher_config, moe02_dispatcher_config),
     INIT(moe_plan_model_init, moe_plan_model, moe02_plan_model),
     INIT(moe_plan_parallel_init, moe_plan_parallel, moe02_plan_parallel),
+    INIT(moe_checkpoint_config_init, moe_checkpoint_config, moe02_checkpoint_config),
 };
 
 static void init_writes_exactly(const init_case *c, size_t n)

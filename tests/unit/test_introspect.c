@@ -52,6 +52,8 @@ START_TEST(struct_sizes)
         {MOE_STRUCT_PLAN_PARALLEL, sizeof(moe_plan_parallel), sizeof(moe02_plan_parallel)},
         {MOE_STRUCT_PLAN_RESULT, sizeof(moe_plan_result), sizeof(moe02_plan_result)},
         {MOE_STRUCT_NONFINITE_REPORT, sizeof(moe_nonfinite_report), sizeof(moe02_nonfinite_report)},
+        {MOE_STRUCT_STATE_ENTRY, sizeof(moe_state_entry), sizeof(moe02_state_entry)},
+        {MOE_STRUCT_CHECKPOINT_CONFIG, sizeof(moe_checkpoint_config), sizeof(moe02_checkpoint_config)},
     };
     const int n = (int)(sizeof want / sizeof want[0]);
     for (int i = 0; i < n; i++) {
@@ -88,7 +90,7 @@ static const known constants[] = {
     K_(STATUS, MOE_OK), K_(STATUS, MOE_ERR_INVALID_ARGUMENT), K_(STATUS, MOE_ERR_UNSUPPORTED),
     K_(STATUS, MOE_ERR_OUT_OF_MEMORY), K_(STATUS, MOE_ERR_VERSION), K_(STATUS, MOE_ERR_STATE),
     K_(STATUS, MOE_ERR_NONFINITE), K_(STATUS, MOE_ERR_BACKEND), K_(STATUS, MOE_ERR_COMM), K_(STATUS, MOE_ERR_TIMEOUT),
-    K_(STATUS, MOE_ERR_CALLBACK), K_(STATUS, MOE_ERR_INTERNAL),
+    K_(STATUS, MOE_ERR_CALLBACK), K_(STATUS, MOE_ERR_INTERNAL), K_(STATUS, MOE_ERR_IO),
     K_(FEATURE, MOE_FEATURE_CPU), K_(FEATURE, MOE_FEATURE_OPENMP), K_(FEATURE, MOE_FEATURE_OPENBLAS),
     K_(FEATURE, MOE_FEATURE_ONEDNN), K_(FEATURE, MOE_FEATURE_BF16), K_(FEATURE, MOE_FEATURE_FP64),
     K_(FEATURE, MOE_FEATURE_CUDA), K_(FEATURE, MOE_FEATURE_NCCL), K_(FEATURE, MOE_FEATURE_MPI),
@@ -141,7 +143,11 @@ static const known constants[] = {
     K_(STRUCT, MOE_STRUCT_STEP_CONFIG), K_(STRUCT, MOE_STRUCT_ROUTING_STATS), K_(STRUCT, MOE_STRUCT_COMM_CONFIG),
     K_(STRUCT, MOE_STRUCT_COMM_HOOKS), K_(STRUCT, MOE_STRUCT_LAYOUT_CONFIG), K_(STRUCT, MOE_STRUCT_PARALLEL_CONFIG),
     K_(STRUCT, MOE_STRUCT_DISPATCHER_CONFIG), K_(STRUCT, MOE_STRUCT_PLAN_MODEL), K_(STRUCT, MOE_STRUCT_PLAN_PARALLEL),
-    K_(STRUCT, MOE_STRUCT_PLAN_RESULT), K_(STRUCT, MOE_STRUCT_NONFINITE_REPORT),
+    K_(STRUCT, MOE_STRUCT_PLAN_RESULT), K_(STRUCT, MOE_STRUCT_NONFINITE_REPORT), K_(STRUCT, MOE_STRUCT_STATE_ENTRY),
+    K_(STRUCT, MOE_STRUCT_CHECKPOINT_CONFIG),
+    K_(STATE, MOE_STATE_PARAM), K_(STATE, MOE_STATE_GRAD), K_(STATE, MOE_STATE_ACCUMULATOR),
+    K_(STATE, MOE_STATE_COMPANION), K_(CHECKPOINT, MOE_CHECKPOINT_GRADS), K_(CHECKPOINT, MOE_CHECKPOINT_CAST),
+    K_(CHECKPOINT, MOE_CHECKPOINT_RESET_ACCUMULATORS), K_(FAMILY, MOE_ENUM_STATE), K_(FAMILY, MOE_ENUM_CHECKPOINT),
     K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NONE), K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NAN),
     K_(NONFINITE_KIND, MOE_NONFINITE_KIND_POS_INF), K_(NONFINITE_KIND, MOE_NONFINITE_KIND_NEG_INF),
     K_(FAMILY, MOE_ENUM_FAMILY), K_(FAMILY, MOE_ENUM_STATUS), K_(FAMILY, MOE_ENUM_FEATURE), K_(FAMILY, MOE_ENUM_LOG_LEVEL),
@@ -183,11 +189,11 @@ START_TEST(names_and_values_both_ways)
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_FEATURE, MOE_FEATURE_CPU | MOE_FEATURE_CUDA));
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_ACTIVATION, -1));
     ck_assert_ptr_null(moe_enum_name(-1, 0));
-    ck_assert_ptr_null(moe_enum_name(MOE_ENUM_NONFINITE_KIND + 1, 0));
+    ck_assert_ptr_null(moe_enum_name(MOE_ENUM_CHECKPOINT + 1, 0));
     /* the families list themselves, densely from 0 */
     int32_t nfam = 0;
     while (moe_enum_name(MOE_ENUM_FAMILY, nfam)) nfam++;
-    ck_assert_int_eq(nfam, MOE_ENUM_NONFINITE_KIND + 1);
+    ck_assert_int_eq(nfam, MOE_ENUM_CHECKPOINT + 1);
     for (int32_t f = 0; f < nfam; f++) { /* and each has constants */
         int n = 0;
         for (int i = 0; i < NUM_KNOWN; i++) n += constants[i].family == f;
