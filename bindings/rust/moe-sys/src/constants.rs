@@ -33,6 +33,7 @@ pub const MOE_ERR_COMM: i32 = 8;
 pub const MOE_ERR_TIMEOUT: i32 = 9;
 pub const MOE_ERR_CALLBACK: i32 = 10;
 pub const MOE_ERR_INTERNAL: i32 = 11;
+pub const MOE_ERR_IO: i32 = 12;
 
 // ---- log levels
 pub const MOE_LOG_ERROR: i32 = 0;
@@ -188,6 +189,8 @@ pub const MOE_STRUCT_PLAN_MODEL: i32 = 13;
 pub const MOE_STRUCT_PLAN_PARALLEL: i32 = 14;
 pub const MOE_STRUCT_PLAN_RESULT: i32 = 15;
 pub const MOE_STRUCT_NONFINITE_REPORT: i32 = 16;
+pub const MOE_STRUCT_STATE_ENTRY: i32 = 17;
+pub const MOE_STRUCT_CHECKPOINT_CONFIG: i32 = 18;
 pub const MOE_ENUM_FAMILY: i32 = 0;
 pub const MOE_ENUM_STATUS: i32 = 1;
 pub const MOE_ENUM_FEATURE: i32 = 2;
@@ -221,3 +224,14 @@ pub const MOE_ENUM_PLAN_CATEGORY: i32 = 29;
 pub const MOE_ENUM_PLAN_COMM: i32 = 30;
 pub const MOE_ENUM_STRUCT: i32 = 31;
 pub const MOE_ENUM_NONFINITE_KIND: i32 = 32;
+pub const MOE_ENUM_STATE: i32 = 33;
+pub const MOE_ENUM_CHECKPOINT: i32 = 34;
+
+// checkpoints (0.2): kinds of state-dictionary entries, and moe_checkpoint_config.flags
+pub const MOE_STATE_PARAM: i32 = 0;
+pub const MOE_STATE_GRAD: i32 = 1;
+pub const MOE_STATE_ACCUMULATOR: i32 = 2;
+pub const MOE_STATE_COMPANION: i32 = 3;
+pub const MOE_CHECKPOINT_GRADS: i32 = 1;
+pub const MOE_CHECKPOINT_CAST: i32 = 2;
+pub const MOE_CHECKPOINT_RESET_ACCUMULATORS: i32 = 4;

@@ -88,6 +88,16 @@ extern "C" {
     pub fn moe_layer_update_expert_bias(layer: *mut moe_layer, counts: *const DLTensor) -> i32;
     pub fn moe_layer_reset_global_aux(layer: *mut moe_layer) -> i32;
 
+    // ---- checkpoints (0.2)
+    pub fn moe_state_entry_init(out: *mut moe_state_entry, struct_size: usize) -> i32;
+    pub fn moe_layer_state_count(layer: *const moe_layer, flags: i32, count: *mut i32) -> i32;
+    pub fn moe_layer_state_entry(layer: *const moe_layer, flags: i32, index: i32, out: *mut moe_state_entry) -> i32;
+    pub fn moe_layer_attach_state(layer: *mut moe_layer, slot: i32, name: *const c_char, tensor: *const DLTensor) -> i32;
+    pub fn moe_layer_detach_state(layer: *mut moe_layer, slot: i32, name: *const c_char) -> i32;
+    pub fn moe_checkpoint_config_init(cfg: *mut moe_checkpoint_config, struct_size: usize) -> i32;
+    pub fn moe_layer_save(layer: *mut moe_layer, cfg: *const moe_checkpoint_config) -> i32;
+    pub fn moe_layer_load(layer: *mut moe_layer, cfg: *const moe_checkpoint_config) -> i32;
+
     // ---- communicators
     pub fn moe_comm_config_init(cfg: *mut moe_comm_config, struct_size: usize) -> i32;
     pub fn moe_comm_create_self(ctx: *mut moe_context, cfg: *const moe_comm_config, out: *mut *mut moe_comm) -> i32;

@@ -272,3 +272,60 @@ pub struct moe_nonfinite_report {
     /// flat index within the expert's block of the slot (the whole slot for expert -1); -1 when none
     pub first_index: i64,
 }
+
+/// One entry of a layer's state dictionary (checkpoints, 0.2): the rank's box of a global tensor,
+/// cut in `view_shape` (the global shape, except the gated EXPERT_FC1 viewed as [E, 2, F, H]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_state_entry {
+    pub struct_size: u32,
+    /// MOE_STATE_*
+    pub kind: i32,
+    /// MOE_PARAM_* it is or follows; -1 for accumulators
+    pub slot: i32,
+    /// MOE_DTYPE_*
+    pub dtype: i32,
+    pub ndim: i32,
+    pub view_ndim: i32,
+    pub shape: [i64; 4],
+    pub view_shape: [i64; 4],
+    pub offset: [i64; 4],
+    pub length: [i64; 4],
+    /// NUL-terminated stable name ("experts.fc1.weight")
+    pub name: [c_char; 96],
+}
+
+impl Default for moe_state_entry {
+    fn default() -> Self {
+        moe_state_entry {
+            struct_size: 0,
+            kind: 0,
+            slot: 0,
+            dtype: 0,
+            ndim: 0,
+            view_ndim: 0,
+            shape: [0; 4],
+            view_shape: [0; 4],
+            offset: [0; 4],
+            length: [0; 4],
+            name: [0; 96],
+        }
+    }
+}
+
+/// Where and how `moe_layer_save` / `moe_layer_load` work (checkpoints, 0.2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_checkpoint_config {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub dir: *const c_char,
+    /// file stem; NULL = "moe"
+    pub name: *const c_char,
+    /// every saving / loading rank; NULL = this rank alone
+    pub comm: *mut moe_comm,
+    /// MOE_CHECKPOINT_*
+    pub flags: i32,
+    pub reserved0: i32,
+}

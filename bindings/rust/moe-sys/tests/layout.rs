@@ -88,6 +88,10 @@ fn rust_layouts() -> Vec<Layout> {
             struct_size, first_slot, num_nonfinite, num_nan, num_experts, num_slots, first_expert, first_kind,
             first_index
         }),
+        layout!(moe_state_entry {
+            struct_size, kind, slot, dtype, ndim, view_ndim, shape, view_shape, offset, length, name
+        }),
+        layout!(moe_checkpoint_config { struct_size, api_version, next, dir, name, comm, flags, reserved0 }),
     ]
 }
 

@@ -19,6 +19,8 @@ pub enum Status {
     Timeout,
     Callback,
     Internal,
+    /// A checkpoint file could not be read or written, or is damaged.
+    Io,
     /// A code this binding does not know (a newer library).
     Unknown(i32),
 }
@@ -38,6 +40,7 @@ impl Status {
             sys::MOE_ERR_TIMEOUT => Status::Timeout,
             sys::MOE_ERR_CALLBACK => Status::Callback,
             sys::MOE_ERR_INTERNAL => Status::Internal,
+            sys::MOE_ERR_IO => Status::Io,
             other => Status::Unknown(other),
         }
     }
@@ -55,6 +58,7 @@ impl Status {
             Status::Timeout => sys::MOE_ERR_TIMEOUT,
             Status::Callback => sys::MOE_ERR_CALLBACK,
             Status::Internal => sys::MOE_ERR_INTERNAL,
+            Status::Io => sys::MOE_ERR_IO,
             Status::Unknown(c) => c,
         }
     }

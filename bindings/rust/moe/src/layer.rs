@@ -20,6 +20,8 @@ use crate::unit::{NotSync, Unit};
 pub struct Layer {
     raw: *mut sys::moe_layer,
     pub(crate) unit: Arc<Unit>,
+    /// host tensors attached with `attach_state` (checkpoint.rs): the C layer keeps their pointers
+    pub(crate) companions: Vec<crate::checkpoint::Companion>,
     _not_sync: NotSync,
 }
 
@@ -75,7 +77,7 @@ impl Layer {
         let g = ctx.unit.enter()?;
         let mut raw = std::ptr::null_mut();
         g.check(unsafe { sys::moe_layer_create(ctx.unit.ctx(), &cfg.raw, &mut raw) })?;
-        Ok(Layer { raw, unit: ctx.unit.clone(), _not_sync: NotSync::default() })
+        Ok(Layer { raw, unit: ctx.unit.clone(), companions: Vec::new(), _not_sync: NotSync::default() })
     }
 
     /// A layer spread over the ranks of `par`'s comms (all ranks use the same config and seed).
@@ -84,11 +86,11 @@ impl Layer {
         let g = ctx.unit.enter()?;
         let mut raw = std::ptr::null_mut();
         g.check(unsafe { sys::moe_layer_create_parallel(ctx.unit.ctx(), &cfg.raw, &p, &mut raw) })?;
-        Ok(Layer { raw, unit: ctx.unit.clone(), _not_sync: NotSync::default() })
+        Ok(Layer { raw, unit: ctx.unit.clone(), companions: Vec::new(), _not_sync: NotSync::default() })
     }
 
     /// Runs one C call on this layer under the context's lock.
-    fn call(&self, f: impl FnOnce(*mut sys::moe_layer) -> i32) -> Result<()> {
+    pub(crate) fn call(&self, f: impl FnOnce(*mut sys::moe_layer) -> i32) -> Result<()> {
         let g = self.unit.enter()?;
         g.check(f(self.raw))
     }
@@ -314,6 +316,10 @@ impl Layer {
 impl Drop for Layer {
     fn drop(&mut self) {
         let _g = self.unit.enter_for_drop();
+        // steps may keep the C layer alive: it must not keep pointers into the companions freed here
+        for c in &self.companions {
+            unsafe { sys::moe_layer_detach_state(self.raw, c.slot.code(), c.name.as_ptr()) };
+        }
         unsafe { sys::moe_layer_destroy(self.raw) };
     }
 }

@@ -51,6 +51,7 @@
 //! ```
 
 mod callbacks;
+mod checkpoint;
 mod comm;
 mod comm_hooks;
 mod config;
@@ -70,6 +71,7 @@ mod unit;
 mod version;
 
 pub use callbacks::{Allocator, LogLevel, RangeEvent};
+pub use checkpoint::{CheckpointConfig, StateEntry, StateKind};
 pub use comm::{Comm, CommConfig, CommKind};
 pub use comm_hooks::{AllGatherV, AllToAllV, CommHooks, HookResult, ReduceBuf};
 pub use config::{

@@ -25,6 +25,8 @@ fn struct_sizes_match_the_binding() {
         (sys::MOE_STRUCT_PLAN_PARALLEL, size_of::<sys::moe_plan_parallel>()),
         (sys::MOE_STRUCT_PLAN_RESULT, size_of::<sys::moe_plan_result>()),
         (sys::MOE_STRUCT_NONFINITE_REPORT, size_of::<sys::moe_nonfinite_report>()),
+        (sys::MOE_STRUCT_STATE_ENTRY, size_of::<sys::moe_state_entry>()),
+        (sys::MOE_STRUCT_CHECKPOINT_CONFIG, size_of::<sys::moe_checkpoint_config>()),
     ];
     for (kind, size) in mirrors {
         let s = struct_size(kind).unwrap();
@@ -35,7 +37,7 @@ fn struct_sizes_match_the_binding() {
     // the 0.1 layouts are the smallest accepted
     assert_eq!(struct_size(sys::MOE_STRUCT_LAYER_CONFIG).unwrap().min_size, 136);
     assert_eq!(struct_size(sys::MOE_STRUCT_ROUTING_STATS).unwrap().min_size, 64);
-    let e = struct_size(sys::MOE_STRUCT_NONFINITE_REPORT + 1).unwrap_err();
+    let e = struct_size(sys::MOE_STRUCT_CHECKPOINT_CONFIG + 1).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
     assert!(e.message().contains("kind"), "{}", e.message());
 }
@@ -61,7 +63,7 @@ fn constant_names_both_ways() {
     assert_eq!(enum_name(sys::MOE_ENUM_STATUS, Status::Version.code() as i64), Some(Status::Version.name()));
     // every family lists itself, densely from 0
     let families: Vec<&str> = (0..).map_while(|f| enum_name(sys::MOE_ENUM_FAMILY, f)).collect();
-    assert_eq!(families.len() as i32, sys::MOE_ENUM_NONFINITE_KIND + 1);
+    assert_eq!(families.len() as i32, sys::MOE_ENUM_CHECKPOINT + 1);
     assert_eq!(families[sys::MOE_ENUM_ACTIVATION as usize], "MOE_ENUM_ACTIVATION");
     let e = enum_value(sys::MOE_ENUM_ACTIVATION, "MOE_SCORE_SIGMOID").unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
