@@ -29,6 +29,8 @@ const (
 	StructPlanParallel     StructKind = C.MOE_STRUCT_PLAN_PARALLEL
 	StructPlanResult       StructKind = C.MOE_STRUCT_PLAN_RESULT
 	StructNonfiniteReport  StructKind = C.MOE_STRUCT_NONFINITE_REPORT
+	StructStateEntry       StructKind = C.MOE_STRUCT_STATE_ENTRY
+	StructCheckpointConfig StructKind = C.MOE_STRUCT_CHECKPOINT_CONFIG
 )
 
 // headerSizes are the sizes this package was compiled with (the abi/moe.h cgo read).
@@ -50,6 +52,8 @@ var headerSizes = map[StructKind]int{
 	StructPlanParallel:     C.sizeof_moe_plan_parallel,
 	StructPlanResult:       C.sizeof_moe_plan_result,
 	StructNonfiniteReport:  C.sizeof_moe_nonfinite_report,
+	StructStateEntry:       C.sizeof_moe_state_entry,
+	StructCheckpointConfig: C.sizeof_moe_checkpoint_config,
 }
 
 // HeaderStructSize is the size of kind in the header this package was compiled against (0 for a
@@ -104,6 +108,8 @@ const (
 	EnumPlanComm       EnumFamily = C.MOE_ENUM_PLAN_COMM
 	EnumStruct         EnumFamily = C.MOE_ENUM_STRUCT
 	EnumNonfiniteKind  EnumFamily = C.MOE_ENUM_NONFINITE_KIND
+	EnumState          EnumFamily = C.MOE_ENUM_STATE
+	EnumCheckpoint     EnumFamily = C.MOE_ENUM_CHECKPOINT
 )
 
 // EnumName is the name of the constant value in family as abi/moe.h spells it (moe_enum_name), e.g.

@@ -9,7 +9,7 @@ import (
 // The library's struct sizes equal the ones this package was compiled with, and the names of the
 // constants map both ways.
 func TestStructSizes(t *testing.T) {
-	for kind := StructContextConfig; kind <= StructNonfiniteReport; kind++ {
+	for kind := StructContextConfig; kind <= StructCheckpointConfig; kind++ {
 		size, minSize, err := StructSize(kind)
 		mustOK(t, "StructSize", err)
 		name, ok := EnumName(EnumStruct, int64(kind))
@@ -23,7 +23,7 @@ func TestStructSizes(t *testing.T) {
 	if _, min, _ := StructSize(StructLayerConfig); min != 136 { // the 0.1 layout
 		t.Fatalf("moe_layer_config min size %d, want 136", min)
 	}
-	_, _, err := StructSize(StructNonfiniteReport + 1)
+	_, _, err := StructSize(StructCheckpointConfig + 1)
 	if !errors.Is(err, StatusInvalidArgument) || !strings.Contains(err.Error(), "kind") {
 		t.Fatalf("unknown kind: %v", err)
 	}
@@ -52,8 +52,8 @@ func TestEnumNames(t *testing.T) {
 			break
 		}
 	}
-	if n != int(EnumNonfiniteKind)+1 {
-		t.Fatalf("%d families, want %d", n, EnumNonfiniteKind+1)
+	if n != int(EnumCheckpoint)+1 {
+		t.Fatalf("%d families, want %d", n, EnumCheckpoint+1)
 	}
 	_, err := EnumValue(EnumActivation, "MOE_SCORE_SIGMOID")
 	if !errors.Is(err, StatusInvalidArgument) || !strings.Contains(err.Error(), "MOE_SCORE_SIGMOID") {

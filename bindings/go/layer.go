@@ -12,6 +12,8 @@ type Layer struct {
 	ptr *C.moe_layer
 	g   *guard
 	cfg LayerConfig // with defaults resolved
+	// companions attached with AttachState (checkpoint.go): C memory, since C keeps the pointers
+	companions []*companion
 }
 
 // NewLayer creates a layer on ctx with parameters initialised from cfg.Seed.
@@ -81,7 +83,14 @@ func (l *Layer) Close() error {
 	if l == nil {
 		return nil
 	}
-	closeOn(l.g, &l.ptr, func(p *C.moe_layer) { C.moe_layer_destroy(p) })
+	closeOn(l.g, &l.ptr, func(p *C.moe_layer) {
+		// steps may keep the C layer alive: it must not keep pointers into memory freed here
+		for _, c := range l.companions {
+			C.moe_layer_detach_state(p, C.int32_t(c.slot), c.name)
+		}
+		C.moe_layer_destroy(p)
+	})
+	l.freeCompanions()
 	runtime.SetFinalizer(l, nil)
 	return nil
 }

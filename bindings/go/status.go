@@ -29,6 +29,7 @@ const (
 	StatusTimeout         Status = C.MOE_ERR_TIMEOUT
 	StatusCallback        Status = C.MOE_ERR_CALLBACK
 	StatusInternal        Status = C.MOE_ERR_INTERNAL
+	StatusIO              Status = C.MOE_ERR_IO
 )
 
 // String returns the constant's name, e.g. "MOE_ERR_INVALID_ARGUMENT" (from moe_status_name).
