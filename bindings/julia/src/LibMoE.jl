@@ -28,6 +28,7 @@ include("params.jl")
 include("step.jl")
 include("dispatcher.jl")
 include("plan.jl")
+include("checkpoint.jl")
 
 export MoeError, Context, Layer, Step, Dispatcher, Dispatch, TensorView, TrackingAllocator, RoutingStats, DeviceArray
 export forward, forward!, backward, backward!, routing_stats, export_routing
@@ -40,6 +41,7 @@ export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispat
 export dispatch_rows!, combine!, combine_backward!, dispatch_backward!
 export PlanModel, PlanParallel, PlanResult, plan_preset, plan_estimate, plan_layer_estimate
 export struct_size, enum_name, enum_value
+export StateEntry, state_dict, attach_state!, detach_state!, companion, save_checkpoint, load_checkpoint!
 
 # The library handle and resolved symbols are per process: never reuse ones from a precompile run.
 function __init__()

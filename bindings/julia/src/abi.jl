@@ -17,6 +17,7 @@ const MOE_ERR_COMM = Int32(8)
 const MOE_ERR_TIMEOUT = Int32(9)
 const MOE_ERR_CALLBACK = Int32(10)
 const MOE_ERR_INTERNAL = Int32(11)
+const MOE_ERR_IO = Int32(12)  # a checkpoint file could not be read or written, or is damaged
 
 const DEVICE_CPU = Int32(1)  # = kDLCPU
 const DEVICE_CUDA = Int32(2) # = kDLCUDA
@@ -272,6 +273,8 @@ const STRUCT_PLAN_MODEL = Int32(13)
 const STRUCT_PLAN_PARALLEL = Int32(14)
 const STRUCT_PLAN_RESULT = Int32(15)
 const STRUCT_NONFINITE_REPORT = Int32(16)
+const STRUCT_STATE_ENTRY = Int32(17)
+const STRUCT_CHECKPOINT_CONFIG = Int32(18)
 const ENUM_FAMILY = Int32(0)
 const ENUM_STATUS = Int32(1)
 const ENUM_FEATURE = Int32(2)
@@ -305,6 +308,44 @@ const ENUM_PLAN_CATEGORY = Int32(29)
 const ENUM_PLAN_COMM = Int32(30)
 const ENUM_STRUCT = Int32(31)
 const ENUM_NONFINITE_KIND = Int32(32)
+const ENUM_STATE = Int32(33)
+const ENUM_CHECKPOINT = Int32(34)
+
+# Checkpoints: what a state-dictionary entry is, and the flags of save / load.
+const STATE_PARAM = Int32(0)
+const STATE_GRAD = Int32(1)
+const STATE_ACCUMULATOR = Int32(2)
+const STATE_COMPANION = Int32(3)
+const CHECKPOINT_GRADS = Int32(1)
+const CHECKPOINT_CAST = Int32(2)
+const CHECKPOINT_RESET_ACCUMULATORS = Int32(4)
+
+# moe_state_entry, as the library writes it.
+struct StateEntryC
+    struct_size::UInt32
+    kind::Int32
+    slot::Int32
+    dtype::Int32
+    ndim::Int32
+    view_ndim::Int32
+    shape::NTuple{4,Int64}
+    view_shape::NTuple{4,Int64}
+    offset::NTuple{4,Int64}
+    length::NTuple{4,Int64}
+    name::NTuple{96,UInt8}
+end
+
+# moe_checkpoint_config.
+mutable struct CheckpointConfig
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    dir::Ptr{UInt8}
+    name::Ptr{UInt8}
+    comm::Ptr{Cvoid}
+    flags::Int32
+    reserved0::Int32
+end
 
 zero_field(::Type{T}) where {T} = T <: Ptr ? T(C_NULL) : zero(T)
 

@@ -22,8 +22,10 @@ mutable struct Layer
     # The library context's address, for error messages: valid while the layer lives (it retains it).
     ctxp::Ptr{Cvoid}
     ctx::Context
+    # Companions (checkpoint.jl): the library keeps their pointers, so the layer keeps the arrays.
+    companions::Vector{Tuple{Int32,String,Array}}
     function Layer(ptr::Ptr{Cvoid}, ctxp::Ptr{Cvoid}, ctx::Context)
-        layer = new(ptr, ctxp, ctx)
+        layer = new(ptr, ctxp, ctx, Tuple{Int32,String,Array}[])
         finalizer(close, layer)
         layer
     end
@@ -71,6 +73,11 @@ function Base.close(layer::Layer)
     p = layer.ptr
     p == C_NULL && return nothing
     layer.ptr = C_NULL
+    # steps may keep the library's layer alive: it must not keep pointers into arrays dropped here
+    for (slot, name, _) in layer.companions
+        @ccall $(fn(:moe_layer_detach_state))(p::Ptr{Cvoid}, slot::Int32, name::Cstring)::Int32
+    end
+    empty!(layer.companions)
     GC.@preserve layer @ccall $(fn(:moe_layer_destroy))(p::Ptr{Cvoid})::Cvoid
     nothing
 end

@@ -31,6 +31,8 @@ const SYMBOL_NAMES = (
     :moe_plan_layer_estimate,
     :moe_struct_size, :moe_enum_name, :moe_enum_value, :moe_routing_stats_init, :moe_memory_stats_init,
     :moe_plan_result_init, :moe_nonfinite_report_init, :moe_layer_check_gradients,
+    :moe_state_entry_init, :moe_layer_state_count, :moe_layer_state_entry, :moe_layer_attach_state,
+    :moe_layer_detach_state, :moe_checkpoint_config_init, :moe_layer_save, :moe_layer_load,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 

@@ -57,4 +57,5 @@ include("hooks_helpers.jl")
     include("aux_scale_tests.jl")
     include("introspect_tests.jl")
     include("nonfinite_tests.jl")
+    include("checkpoint_tests.jl")
 end
