@@ -1,0 +1,159 @@
+/*
+ * Checkpoints across devices on the device simulator: a CPU layer's checkpoint loads into a CUDA
+ * context's layer and the other way round (fp32; a bf16 CUDA layer into an fp32 CPU layer, an exact
+ * widening), with a companion in host memory attached to the CUDA layer (saved from and loaded into
+ * host memory while the layer lives on the device). Every parameter is compared element by element
+ * after copying the CUDA layer's to the host with cudaMemcpy.
+ * Prints one line per failed check and "N passed, M failed" last.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "moe.h"
+#include "devsim_control.h"
+#include "testutil.h"
+
+enum { H = 16, F = 8, E = 4, K = 2, FS = 8 };
+
+static int passed, failed;
+#define CHECK(cond, ...)                                                                                           \
+    do {                                                                                                           \
+        if (cond) passed++;                                                                                        \
+        else {                                                                                                     \
+            failed++;                                                                                              \
+            printf("FAIL line %d: %s: ", __LINE__, #cond);                                                         \
+            printf(__VA_ARGS__);                                                                                   \
+            printf("\n");                                                                                          \
+        }                                                                                                          \
+    } while (0)
+
+static const char *err(moe_context *ctx)
+{
+    static char buf[1024];
+    buf[0] = 0;
+    moe_context_last_error(ctx, buf, sizeof buf);
+    return buf;
+}
+
+static moe_context *context(int32_t device)
+{
+    moe_context_config cc;
+    moe_context_config_init(&cc, sizeof cc);
+    cc.device_type = device;
+    moe_context *ctx = NULL;
+    const int32_t st = moe_context_create(&cc, &ctx);
+    CHECK(st == MOE_OK, "context on device %d: status %d", device, st);
+    return ctx;
+}
+
+static moe_layer *layer(moe_context *ctx, int32_t dtype, uint64_t seed)
+{
+    moe_layer_config c;
+    moe_layer_config_init(&c, sizeof c);
+    c.hidden_size = H, c.ffn_hidden_size = F, c.num_experts = E, c.top_k = K;
+    c.activation = MOE_ACT_SWIGLU;
+    c.score_function = MOE_SCORE_SIGMOID;
+    c.expert_bias = 1;
+    c.shared_ffn_hidden_size = FS;
+    c.param_dtype = dtype;
+    c.seed = seed;
+    moe_layer *l = NULL;
+    const int32_t st = moe_layer_create(ctx, &c, &l);
+    CHECK(st == MOE_OK, "layer: %s", err(ctx));
+    return l;
+}
+
+/* A slot's parameter as fp32 host values, whatever device and dtype it lives in. */
+static float *host_param(moe_layer *l, int32_t slot, int on_device, int64_t *n)
+{
+    DLManagedTensor *m = NULL;
+    if (moe_layer_param(l, slot, &m) != MOE_OK) return NULL;
+    const DLTensor *t = &m->dl_tensor;
+    int64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) numel *= t->shape[d];
+    const size_t es = t->dtype.bits / 8;
+    unsigned char *raw = malloc((size_t)numel * es);
+    if (on_device) cudaMemcpy(raw, t->data, (size_t)numel * es, cudaMemcpyDeviceToHost);
+    else memcpy(raw, t->data, (size_t)numel * es);
+    float *out = malloc(sizeof(float) * (size_t)numel);
+    for (int64_t i = 0; i < numel; i++) {
+        if (es == 2) {
+            uint32_t u = (uint32_t)((uint16_t *)raw)[i] << 16;
+            memcpy(&out[i], &u, 4);
+        } else {
+            out[i] = ((float *)raw)[i];
+        }
+    }
+    free(raw);
+    m->deleter(m);
+    *n = numel;
+    return out;
+}
+
+static int same_params(moe_layer *a, int a_dev, moe_layer *b, int b_dev)
+{
+    int same = 1;
+    for (int32_t s = 0; s < MOE_PARAM_NUM_SLOTS; s++) {
+        if (!moe_layer_has_param(a, s)) continue;
+        int64_t na = 0, nb = 0;
+        float *pa = host_param(a, s, a_dev, &na), *pb = host_param(b, s, b_dev, &nb);
+        same = same && pa && pb && na == nb && memcmp(pa, pb, sizeof(float) * (size_t)na) == 0;
+        free(pa), free(pb);
+    }
+    return same;
+}
+
+static int32_t ckpt(moe_layer *l, const char *dir, int save)
+{
+    moe_checkpoint_config c;
+    moe_checkpoint_config_init(&c, sizeof c);
+    c.dir = dir;
+    return save ? moe_layer_save(l, &c) : moe_layer_load(l, &c);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/moe_devsim_ckpt_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    moe_context *cpu = context(MOE_DEVICE_CPU), *gpu = context(MOE_DEVICE_CUDA);
+    if (!cpu || !gpu) return 1;
+
+    /* CPU -> CUDA */
+    moe_layer *c1 = layer(cpu, MOE_DTYPE_FP32, 1), *g1 = layer(gpu, MOE_DTYPE_FP32, 2);
+    CHECK(!same_params(c1, 0, g1, 1), "the layers start out equal");
+    CHECK(ckpt(c1, dir, 1) == MOE_OK, "save on the CPU: %s", err(cpu));
+    CHECK(ckpt(g1, dir, 0) == MOE_OK, "load into the CUDA layer: %s", err(gpu));
+    CHECK(same_params(c1, 0, g1, 1), "the CUDA layer differs from the CPU layer it loaded");
+
+    /* CUDA (bf16, with a host companion) -> CPU (fp32): exact widening; the companion comes back */
+    moe_layer *g2 = layer(gpu, MOE_DTYPE_BF16, 3), *c2 = layer(cpu, MOE_DTYPE_FP32, 4);
+    enum { N2 = E * H * F };
+    float mom[N2], got[N2];
+    for (int i = 0; i < N2; i++) mom[i] = (float)i / 8, got[i] = -1;
+    int64_t shape[3] = {E, H, F};
+    tu_tensor tg, tc;
+    tu_tensor_f32(&tg, mom, 3, shape); /* kDLCPU memory attached to a CUDA layer */
+    tu_tensor_f32(&tc, got, 3, shape);
+    CHECK(moe_layer_attach_state(g2, MOE_PARAM_EXPERT_FC2, "exp_avg", &tg.t) == MOE_OK, "%s", err(gpu));
+    CHECK(moe_layer_attach_state(c2, MOE_PARAM_EXPERT_FC2, "exp_avg", &tc.t) == MOE_OK, "%s", err(cpu));
+    CHECK(ckpt(g2, dir, 1) == MOE_OK, "save on CUDA: %s", err(gpu));
+    CHECK(ckpt(c2, dir, 0) == MOE_OK, "load into the CPU layer: %s", err(cpu));
+    CHECK(same_params(g2, 1, c2, 0), "the fp32 CPU layer differs from the bf16 CUDA layer it loaded");
+    CHECK(memcmp(mom, got, sizeof mom) == 0, "the companion did not come back");
+    /* and back: the fp32 CPU checkpoint narrows into bf16 only when asked */
+    CHECK(ckpt(c2, dir, 1) == MOE_OK, "save on the CPU: %s", err(cpu));
+    CHECK(ckpt(g2, dir, 0) == MOE_ERR_INVALID_ARGUMENT, "an fp32 -> bf16 load without CAST: %s", err(gpu));
+
+    moe_layer_destroy(c1), moe_layer_destroy(g1), moe_layer_destroy(c2), moe_layer_destroy(g2);
+    moe_context_destroy(cpu), moe_context_destroy(gpu);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
