@@ -41,7 +41,14 @@ int64_t moe_ckpt_copy_box(int32_t ndim, const int64_t *src_off, const int64_t *s
 int64_t moe_ckpt_overlap(int32_t ndim, const int64_t *a_off, const int64_t *a_len, const int64_t *b_off,
                          const int64_t *b_len);
 size_t moe_ckpt_dtype_bytes(int32_t dtype);
-/* zlib's CRC-32 of n bytes (save.c). */
+/* zlib's CRC-32 of n bytes (rank_file.c). */
 uint32_t moe_ckpt_crc32(const void *p, size_t n);
+/* The CRC-32 of the bytes already summed into crc followed by p[0..n). */
+uint32_t moe_ckpt_crc32_more(uint32_t crc, const void *p, size_t n);
+/* rank_file.c: this rank's file of a save at path, its CRCs and header in meta's form; what[1] = its
+ * size, what[2] = the CRC-32 of its header (the index keeps both). */
+struct moe_st_header;
+int32_t moe_ckpt_write_rank_file(moe_layer *L, const moe_ckpt_item *it, int32_t n, const struct moe_st_header *meta,
+                                 const char *path, int64_t what[3], char *msg);
 
 #endif /* MOE_CKPT_CKPT_H */

@@ -89,6 +89,26 @@ int32_t moe_file_write(moe_file_out *f, const void *p, size_t n, char *msg, size
     return MOE_OK;
 }
 
+int32_t moe_file_pwrite(moe_file_out *f, const void *p, size_t n, uint64_t off, char *msg, size_t cap)
+{
+    const char *c = p;
+    while (n > 0) {
+        size_t chunk = n > ((size_t)1 << 30) ? (size_t)1 << 30 : n;
+        ssize_t w;
+        if (fault_now()) {
+            if (atomic_load(&fault_short) && chunk > 1) (void)!pwrite(f->fd, c, chunk / 2, (off_t)off);
+            errno = atomic_load(&fault_short) ? ENOSPC : EIO;
+            w = -1;
+        } else {
+            w = pwrite(f->fd, c, chunk, (off_t)off);
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return io_error(msg, cap, "cannot write", f->tmp, w < 0 ? errno : ENOSPC);
+        c += w, n -= (size_t)w, off += (uint64_t)w;
+    }
+    return MOE_OK;
+}
+
 int32_t moe_file_commit(moe_file_out *f, int *renamed, char *msg, size_t cap)
 {
     *renamed = 0;
@@ -138,6 +158,8 @@ int32_t moe_file_open(const char *path, int *fd, uint64_t *size, char *msg, size
     *size = (uint64_t)st.st_size;
     return MOE_OK;
 }
+
+void moe_file_sequential(int fd) { (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); }
 
 int32_t moe_file_pread(int fd, const char *path, void *p, size_t n, uint64_t off, char *msg, size_t cap)
 {

@@ -19,6 +19,8 @@ typedef struct moe_file_out {
 
 int32_t moe_file_create(moe_file_out *f, const char *path, char *msg, size_t cap);
 int32_t moe_file_write(moe_file_out *f, const void *p, size_t n, char *msg, size_t cap);
+/* n bytes at offset off (the file's position is not used; safe beside another thread's pwrite). */
+int32_t moe_file_pwrite(moe_file_out *f, const void *p, size_t n, uint64_t off, char *msg, size_t cap);
 /* fsync, close, rename over path, fsync the directory; the file is closed either way. *renamed = 1 once
  * the rename happened (a failure after it is the directory's flush: the new file is in place). */
 int32_t moe_file_commit(moe_file_out *f, int *renamed, char *msg, size_t cap);
@@ -27,6 +29,8 @@ void moe_file_abort(moe_file_out *f);
 
 /* Opens for reading; *size = its bytes. */
 int32_t moe_file_open(const char *path, int *fd, uint64_t *size, char *msg, size_t cap);
+/* Tells the kernel the file is read front to back (a larger readahead). */
+void moe_file_sequential(int fd);
 int32_t moe_file_pread(int fd, const char *path, void *p, size_t n, uint64_t off, char *msg, size_t cap);
 /* Reads a small file (an index) whole, NUL-terminated; *out moe_host_malloc'd. */
 int32_t moe_file_read_all(const char *path, size_t max, char **out, size_t *len, char *msg, size_t cap);

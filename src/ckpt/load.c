@@ -5,7 +5,10 @@
  * stages its new state in host memory. Only when every rank has staged everything do they copy it
  * into their layers: a failure anywhere leaves every layer as it was.
  */
+#define _DEFAULT_SOURCE /* madvise(2) */
 #include <jansson.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +20,8 @@
 #include "comm/comm.h"
 
 #define MSG 768
+#define READ_PIECE ((size_t)1 << 20) /* read and checksummed at once: stays in the L2 cache */
+#define PREFAULT_MIN ((size_t)16 << 20)
 
 typedef struct rank_file {
     char *path;
@@ -69,10 +74,9 @@ static int32_t read_index(load_state *s)
         for (int32_t r = 0; rc == MOE_OK && r < s->ranks; r++) {
             const char *fn = NULL, *crc = NULL;
             json_int_t bytes = -1;
-            char *end = NULL;
             if (json_unpack(json_array_get(files, (size_t)r), "{s:s, s:I, s:s}", "file", &fn, "bytes", &bytes,
                             "header_crc32", &crc) != 0 || strchr(fn, '/') || fn[0] == '.' || bytes < 8 ||
-                strlen(crc) != 8 || (s->f[r].hdr_crc = (uint32_t)strtoul(crc, &end, 16), *end != '\0'))
+                !moe_st_hex32(crc, &s->f[r].hdr_crc))
                 rc = fail(s, MOE_ERR_IO, "%s: a files entry is not {file (a name in the checkpoint's directory), "
                           "bytes, header_crc32}%s", path, "");
             else if (!(s->f[r].path = moe_ckpt_join(s->o->dir, fn)))
@@ -95,6 +99,7 @@ static int32_t read_header(load_state *s, int32_t r)
     char why[400];
     int32_t rc = moe_file_open(f->path, &f->fd, &size, s->msg, MSG);
     if (rc) return rc;
+    moe_file_sequential(f->fd);
     if (size != f->bytes) {
         snprintf(s->msg, MSG, "%s holds %llu bytes; the index says %llu (%s)", f->path, (unsigned long long)size,
                  (unsigned long long)f->bytes, size < f->bytes ? "truncated" : "not the file that was saved");
@@ -135,20 +140,61 @@ static int same_box(int32_t nd, const moe_state_entry *a, const moe_state_entry 
 }
 
 /* Reads piece p of file f (whole: its CRC covers it), checks it, and copies its overlap with item x. */
+/* Reads n bytes at off into dst in 1 MiB pieces, each checksummed while in cache; *crc continues. */
+static int32_t read_crc(load_state *s, const rank_file *f, char *dst, size_t n, uint64_t off, uint32_t *crc)
+{
+    for (size_t k = 0; k < n; k += READ_PIECE) {
+        const size_t m = n - k < READ_PIECE ? n - k : READ_PIECE;
+        TRY(moe_file_pread(f->fd, f->path, dst + k, m, off + k, s->msg, MSG));
+        *crc = moe_ckpt_crc32_more(*crc, dst + k, m);
+    }
+    return MOE_OK;
+}
+
+/* Reads piece p of file f (whole: its CRC covers it), checks it, and puts its overlap with item x into
+ * dst: read straight there when the piece is x's own box in x's dtype (a load onto the saved
+ * layout), else through a buffer and converted. */
 static int32_t read_piece(load_state *s, const rank_file *f, const moe_st_tensor *p, const moe_ckpt_item *x, void *dst)
 {
     const size_t bytes = (size_t)(p->end - p->begin);
-    void *buf = moe_host_malloc(bytes ? bytes : 1);
+    int direct = p->e.dtype == x->e.dtype && p->e.view_ndim == x->e.view_ndim;
+    for (int32_t d = 0; direct && d < x->e.view_ndim; d++)
+        direct = p->e.offset[d] == x->e.offset[d] && p->e.length[d] == x->e.length[d];
+    void *buf = direct ? dst : moe_host_malloc(bytes ? bytes : 1);
     if (!buf) return MOE_ERR_OUT_OF_MEMORY;
-    int32_t rc = moe_file_pread(f->fd, f->path, buf, bytes, f->data_start + p->begin, s->msg, MSG);
-    if (rc == MOE_OK && moe_ckpt_crc32(buf, bytes) != p->crc)
+    uint32_t crc = 0;
+    int32_t rc = read_crc(s, f, buf, bytes, f->data_start + p->begin, &crc);
+    if (rc == MOE_OK && crc != p->crc)
         rc = fail(s, MOE_ERR_IO, "%s: tensor \"%s\" does not match its CRC-32: the file is damaged", f->path, p->e.name);
-    if (rc == MOE_OK)
+    if (rc == MOE_OK && !direct)
         moe_ckpt_copy_box(x->e.view_ndim, p->e.offset, p->e.length, buf, p->e.dtype, x->e.offset, x->e.length, dst,
                           x->e.dtype);
-    moe_host_free(buf);
+    if (!direct) moe_host_free(buf);
     return rc;
 }
+
+/* The page faults of a fresh staging buffer cost about as much as reading it from the disk: another
+ * core takes them, while this one reads. madvise(MADV_POPULATE_WRITE) (Linux 5.14) maps the pages
+ * without writing them, so it cannot overwrite what the reader put there first; where the kernel
+ * lacks it, it fails and the reader takes the faults itself. */
+typedef struct prefault {
+    char *p;
+    size_t n;
+} prefault;
+
+static void *populate(void *arg)
+{
+    const prefault *pf = arg;
+    const uintptr_t page = 4096, a = ((uintptr_t)pf->p + page - 1) & ~(page - 1), e = (uintptr_t)pf->p + pf->n;
+#ifdef MADV_POPULATE_WRITE
+    if (e > a) (void)madvise((void *)a, (e - a) & ~(page - 1), MADV_POPULATE_WRITE);
+#else
+    (void)a, (void)e;
+#endif
+    return NULL;
+}
+
+static int32_t stage_pieces(load_state *s, const moe_ckpt_item *x, void *dst, int acc, int32_t my_rank);
 
 /* Stages item i: finds its pieces, checks they fit and cover its box, reads them. */
 static int32_t stage(load_state *s, int32_t i, int32_t my_rank, int32_t my_ranks)
@@ -165,6 +211,18 @@ static int32_t stage(load_state *s, int32_t i, int32_t my_rank, int32_t my_ranks
     void *dst = moe_host_malloc(bytes ? bytes : 1);
     if (!dst) return MOE_ERR_OUT_OF_MEMORY;
     s->staged[i] = dst;
+    prefault pf = {dst, bytes};
+    pthread_t th;
+    const int touching = bytes >= PREFAULT_MIN && pthread_create(&th, NULL, populate, &pf) == 0;
+    const int32_t rc = stage_pieces(s, x, dst, acc, my_rank);
+    if (touching) pthread_join(th, NULL);
+    return rc;
+}
+
+/* Reads the pieces of item x that overlap its box into dst. */
+static int32_t stage_pieces(load_state *s, const moe_ckpt_item *x, void *dst, int acc, int32_t my_rank)
+{
+    const moe_state_entry *e = &x->e;
     int64_t covered = 0;
     int found = 0;
     for (int32_t r = 0; r < s->ranks; r++) {

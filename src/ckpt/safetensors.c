@@ -29,6 +29,20 @@ static int32_t dtype_of(const char *s)
     return -1;
 }
 
+int moe_st_hex32(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        const char c = s[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return 0; /* also the terminator of a shorter string */
+        v = v << 4 | (uint32_t)d;
+    }
+    if (s[8] != '\0') return 0;
+    *out = v;
+    return 1;
+}
+
 static uint64_t dtype_bytes(int32_t dt) { return dt == MOE_DTYPE_BF16 ? 2 : dt == MOE_DTYPE_FP32 ? 4 : 8; }
 
 /* ------------------------------------------------------------------------------- writing */
@@ -170,22 +184,22 @@ static int parse_meta(const char *text, moe_st_tensor *t, char *why, size_t cap)
         snprintf(why, cap, "its libmoe description has a bad kind, slot, shape, view or offset");
         goto done;
     }
-    char *end = NULL;
-    if (strlen(crc) != 8 || (t->crc = (uint32_t)strtoul(crc, &end, 16), *end != '\0')) {
+    if (!moe_st_hex32(crc, &t->crc)) {
         snprintf(why, cap, "its crc32 \"%s\" is not 8 hex digits", crc);
         goto done;
     }
     uint64_t gn = 1, vnum = 1;
-    for (int32_t d = 0; d < nd; d++) gn *= (uint64_t)shape[d];
+    int wrap = 0; /* dims < 2^48, but four of them overflow 64 bits: a wrapped product may compare equal */
+    for (int32_t d = 0; d < nd; d++) wrap |= __builtin_mul_overflow(gn, (uint64_t)shape[d], &gn);
     for (int32_t d = 0; d < vn; d++) {
-        vnum *= (uint64_t)view[d];
+        wrap |= __builtin_mul_overflow(vnum, (uint64_t)view[d], &vnum);
         /* length (the safetensors shape) was read into e->length */
         if (off[d] > view[d] || e->length[d] > view[d] - off[d]) {
             snprintf(why, cap, "its box leaves the view in dimension %d", d);
             goto done;
         }
     }
-    if (gn != vnum) {
+    if (wrap || gn != vnum) {
         snprintf(why, cap, "its view does not hold the global shape's elements");
         goto done;
     }
@@ -250,7 +264,9 @@ int32_t moe_st_header_parse(const char *hdr, size_t len, uint64_t data_bytes, mo
         if ((t->e.dtype = dtype_of(dt)) < 0) FAIL("tensor \"%s\" has dtype %s (libmoe writes F32, BF16, F64, I64)", key, dt);
         if ((t->e.view_ndim = dims_of(shape, t->e.length, 1)) < 1) FAIL("tensor \"%s\" has a bad shape", key);
         uint64_t bytes = dtype_bytes(t->e.dtype);
-        for (int32_t d = 0; d < t->e.view_ndim; d++) bytes *= (uint64_t)t->e.length[d]; /* dims < 2^48, ndim <= 4 */
+        int wrap = 0; /* dims < 2^48, but four of them overflow 64 bits (a wrapped size may match the offsets) */
+        for (int32_t d = 0; d < t->e.view_ndim; d++) wrap |= __builtin_mul_overflow(bytes, (uint64_t)t->e.length[d], &bytes);
+        if (wrap) FAIL("tensor \"%s\" has a shape of 2^64 bytes or more", key);
         if (b < 0 || e < b || (uint64_t)e > data_bytes || (uint64_t)(e - b) != bytes)
             FAIL("tensor \"%s\": data_offsets [%lld, %lld] do not hold its %" PRIu64 " bytes within the %" PRIu64
                  " of the file", key, (long long)b, (long long)e, bytes, data_bytes);

@@ -42,6 +42,8 @@ int32_t moe_st_header_write(moe_st_tensor *t, int32_t n, const moe_st_header *me
 int32_t moe_st_header_parse(const char *hdr, size_t len, uint64_t data_bytes, moe_st_header *h, char *msg,
                             size_t cap);
 void moe_st_header_free(moe_st_header *h);
+/* Exactly eight hex digits (a CRC-32 as libmoe writes it) into *out; 0 for anything else. */
+int moe_st_hex32(const char *s, uint32_t *out);
 /* "F32", "BF16", "F64", "I64" */
 const char *moe_st_dtype_name(int32_t dtype);
 

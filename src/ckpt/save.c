@@ -1,6 +1,6 @@
 /*
- * Saving (ckpt.h). Each rank snapshots its state to host memory (the only time it holds the layer),
- * writes "<name>-<gen>-rank<r>-of<n>.safetensors" (temporary name, flush, rename), and the ranks agree
+ * Saving (ckpt.h). Each rank writes "<name>-<gen>-rank<r>-of<n>.safetensors" (rank_file.c: a snapshot of
+ * its state, the only time it holds the layer, written behind; temporary name, flush, rename), and the ranks agree
  * that every file is on disk; then rank 0 commits the set by renaming "<name>.index.json" into place
  * and removes the files of the generation it replaced. Until that rename the old index names the old
  * files, which nothing touched: a crash anywhere leaves the old checkpoint or the new one.
@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "base/host_alloc.h"
 #include "ckpt/ckpt.h"
@@ -19,33 +18,6 @@
 #include "comm/comm.h"
 
 #define MSG 512
-
-uint32_t moe_ckpt_crc32(const void *p, size_t n)
-{
-    uLong c = crc32(0L, Z_NULL, 0);
-    const Bytef *b = p;
-    while (n > 0) { /* zlib takes uInt lengths */
-        const uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;
-        c = crc32(c, b, k);
-        b += k, n -= k;
-    }
-    return (uint32_t)c;
-}
-
-/* Copies every item off the device into one host block (items back to back): the only part of a save
- * ordered with the layer's calls. */
-static int32_t snapshot(moe_layer *L, const moe_ckpt_item *it, int32_t n, char *block)
-{
-    MOE_ENTER(en, ex, L->ctx, NULL, &L->order);
-    size_t at = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const size_t bytes = (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
-        if (it[i].on_host) memcpy(block + at, it[i].data, bytes);
-        else TRY(moe_copy_to_host(L->ctx, &ex, block + at, it[i].data, bytes));
-        at += bytes;
-    }
-    return MOE_OK;
-}
 
 /* The generation: rank 0's clock and pid, the same on every rank (they take rank 0's). */
 static int32_t agree_generation(moe_comm *comm, char gen[24])
@@ -83,32 +55,6 @@ static int32_t old_files(const char *index_path, json_t **out, char *msg)
     if (json_is_array(files)) *out = files;
     else json_decref(files);
     return MOE_OK;
-}
-
-/* Writes one rank's file; what[1] = its size, what[2] = the CRC-32 of its header (the index keeps both, so
- * that a load finds a truncated file or a damaged header before it parses anything). */
-static int32_t write_rank_file(const char *path, moe_st_tensor *t, int32_t n, const moe_st_header *meta,
-                               const char *block, int64_t what[3], char *msg)
-{
-    char *hdr = NULL;
-    size_t hlen = 0;
-    uint64_t data_bytes = 0;
-    int32_t rc = moe_st_header_write(t, n, meta, &hdr, &hlen, &data_bytes);
-    if (rc) {
-        snprintf(msg, MSG, "out of memory for the header of %s", path);
-        return rc;
-    }
-    what[1] = (int64_t)(hlen + data_bytes);
-    what[2] = (int64_t)moe_ckpt_crc32(hdr, hlen);
-    moe_file_out f;
-    int renamed = 0;
-    rc = moe_file_create(&f, path, msg, MSG);
-    if (rc == MOE_OK) rc = moe_file_write(&f, hdr, hlen, msg, MSG);
-    if (rc == MOE_OK) rc = moe_file_write(&f, block, (size_t)data_bytes, msg, MSG);
-    if (rc == MOE_OK) rc = moe_file_commit(&f, &renamed, msg, MSG); /* cleans up after itself */
-    else moe_file_abort(&f);
-    moe_host_free(hdr);
-    return rc;
 }
 
 /* what: per rank {status, file size, header CRC-32} */
@@ -172,8 +118,7 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     const int32_t rank = o->comm ? o->comm->rank : 0, ranks = o->comm ? o->comm->size : 1;
     char msg[MSG] = "", gen[24] = "";
     moe_ckpt_item *it = NULL;
-    moe_st_tensor *t = NULL;
-    char *block = NULL, *config = NULL, *index_path = NULL, *fname = NULL, *path = NULL;
+    char *config = NULL, *index_path = NULL, *fname = NULL, *path = NULL;
     json_t *old = NULL;
     int32_t n = 0, bad = -1, wrote = 0;
     int committed = 0;
@@ -190,36 +135,16 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     index_path = moe_ckpt_index_path(o);
     fname = moe_ckpt_file_name(o, gen, rank, ranks);
     path = fname ? moe_ckpt_join(o->dir, fname) : NULL;
-    size_t total = 0;
-    for (int32_t i = 0; rc == MOE_OK && i < n; i++) total += (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
-    if (rc == MOE_OK) {
-        block = moe_host_malloc(total ? total : 1);
-        t = moe_host_calloc((size_t)(n ? n : 1), sizeof *t);
-    }
-    if (rc == MOE_OK && (!config || !index_path || !path || !block || !t)) rc = MOE_ERR_OUT_OF_MEMORY;
-    if (rc) snprintf(msg, MSG, "out of memory (%zu bytes of state)", total);
-    if (rc == MOE_OK) {
-        rc = snapshot(L, it, n, block); /* the layer is free again from here */
-        if (rc) snprintf(msg, MSG, "could not copy the layer's state off the device");
-    }
-    if (rc == MOE_OK) {
-        size_t at = 0;
-        for (int32_t i = 0; i < n; i++) {
-            const size_t bytes = (size_t)it[i].numel * moe_ckpt_dtype_bytes(it[i].e.dtype);
-            t[i].e = it[i].e;
-            t[i].crc = moe_ckpt_crc32(block + at, bytes);
-            at += bytes;
-        }
-        rc = moe_file_mkdir(o->dir, msg, MSG);
-    }
+    if (rc == MOE_OK && (!config || !index_path || !path)) rc = MOE_ERR_OUT_OF_MEMORY;
+    if (rc) snprintf(msg, MSG, "out of memory");
+    if (rc == MOE_OK) rc = moe_file_mkdir(o->dir, msg, MSG);
     if (rc == MOE_OK && rank == 0) rc = old_files(index_path, &old, msg);
     if (rc == MOE_OK) {
         moe_st_header meta = {.rank = rank, .ranks = ranks, .config = config};
         snprintf(meta.generation, sizeof meta.generation, "%s", gen);
-        rc = write_rank_file(path, t, n, &meta, block, what, msg);
+        rc = moe_ckpt_write_rank_file(L, it, n, &meta, path, what, msg);
         wrote = 1; /* the new name may exist even when a flush after its rename failed */
     }
-    moe_host_free(block), block = NULL; /* before waiting for the peers */
     /* every rank's file is on disk, or none is committed */
     what[0] = rc;
     int32_t all = gather3(o->comm, what, whats);
@@ -250,7 +175,7 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     }
     json_decref(old);
     moe_host_free(whats);
-    moe_host_free(t), moe_host_free(it), moe_host_free(config), moe_host_free(index_path), moe_host_free(fname);
+    moe_host_free(it), moe_host_free(config), moe_host_free(index_path), moe_host_free(fname);
     moe_host_free(path);
     if (rc) return moe_errorf(ctx, rc, "moe_layer_save: %s", msg);
     return MOE_OK;
