@@ -6,7 +6,8 @@
  * changes.
  *
  * Parameters are set from a function of their global position (g below), placed with each rank's
- * state-dictionary boxes, so the check needs no gather: every loaded element must equal g there.
+ * state-dictionary boxes, so the check needs no gather: every loaded element must equal g there. A run
+ * resumed on another layout agrees with the uninterrupted one within test_layer_ep's tolerance.
  * With the path of tests/python/read_checkpoint.py as argument, rank 0 also has that plain NumPy reader
  * reassemble every saving layout's files and check them against g.
  * Rank 0 prints one line per case and "N passed, M failed".
@@ -280,6 +281,7 @@ static int resume(layout l)
     int32_t st = make_comms(ctx, l, &cm, msg);
     if (!st) st = make_layer(ctx, l, &cm, &a, msg);
     if (!st) st = make_layer(ctx, l, &cm, &b, msg);
+    if (!st) st = moe_layer_init_params(b, 12345); /* only the load may make b equal a */
     for (int s = 0; !st && s < 2; s++) st = train(a, ctx, s, ya, msg);
     if (!st) st = ckpt(a, ctx, cm.world, 1, MOE_CHECKPOINT_GRADS, msg);
     if (!st) st = ckpt(b, ctx, cm.world, 0, MOE_CHECKPOINT_GRADS, msg);
@@ -294,6 +296,43 @@ static int resume(layout l)
     free_comms(&cm);
     moe_context_destroy(ctx);
     return report(name, !st && same, msg);
+}
+
+/* Another layout: train 2 steps on s, save; s trains 2 more, and a layer on d loads and trains the same
+ * 2: the outputs agree within the EP / ETP tolerance of test_layer_ep (the layouts sum in other orders). */
+static int resume_across(layout s, layout d)
+{
+    char msg[MSG] = "", name[96];
+    snprintf(name, sizeof name, "resume EP%dxETP%d -> EP%dxETP%d within %.0e", s.ep, s.etp, d.ep, d.etp, 1e-5);
+    moe_context_config cc;
+    moe_context_config_init(&cc, sizeof cc);
+    cc.num_threads = rs_threads();
+    moe_context *ctx = NULL;
+    moe_context_create(&cc, &ctx);
+    comms cs, cd;
+    moe_layer *a = NULL, *b = NULL;
+    float ya[T_GLOB * H], yb[T_GLOB * H];
+    memset(ya, 0, sizeof ya), memset(yb, 0, sizeof yb);
+    int32_t st = make_comms(ctx, s, &cs, msg);
+    if (!st) st = make_comms(ctx, d, &cd, msg);
+    if (!st) st = make_layer(ctx, s, &cs, &a, msg);
+    if (!st) st = make_layer(ctx, d, &cd, &b, msg);
+    if (!st) st = moe_layer_init_params(b, 12345); /* only the load may make b equal a */
+    for (int k = 0; !st && k < 2; k++) st = train(a, ctx, k, ya, msg);
+    if (!st) st = ckpt(a, ctx, cs.world, 1, MOE_CHECKPOINT_GRADS, msg);
+    if (!st) st = ckpt(b, ctx, cd.world, 0, MOE_CHECKPOINT_GRADS, msg);
+    double err = 0;
+    for (int k = 2; !st && k < 4; k++) {
+        st = train(a, ctx, k, ya, msg);
+        if (!st) st = train(b, ctx, k, yb, msg);
+        const double e = rs_rel_err(yb, ya, T_GLOB * H);
+        err = e > err || e != e ? e : err;
+    }
+    if (!st && !(err <= 1e-5)) snprintf(msg, MSG, "relative error %.3g", err);
+    moe_layer_destroy(a), moe_layer_destroy(b);
+    free_comms(&cs), free_comms(&cd);
+    moe_context_destroy(ctx);
+    return report(name, !st && err <= 1e-5, msg);
 }
 
 /* The last rank's file is gone: every rank's load fails, every layer stays as it was. */
@@ -359,6 +398,12 @@ int main(int argc, char **argv)
         const int r = resume(layouts[i]);
         passed += r, failed += !r;
     }
+    for (int i = 0; i < nl - 1; i++)
+        for (int j = 0; j < nl - 1; j++) {
+            if (i == j || !usable(layouts[i]) || !usable(layouts[j])) continue;
+            const int r = resume_across(layouts[i], layouts[j]);
+            passed += r, failed += !r;
+        }
     const int r = missing_file();
     passed += r, failed += !r;
     if (g_rank == 0) {
