@@ -10,6 +10,13 @@
 
 #define MAX_TENSORS 4096
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+const char *moe_st_version(void)
+{
+    return STR(MOE_VERSION_MAJOR) "." STR(MOE_VERSION_MINOR) "." STR(MOE_VERSION_PATCH);
+}
+
 const char *moe_st_dtype_name(int32_t dtype)
 {
     switch (dtype) {
@@ -104,7 +111,7 @@ int32_t moe_st_header_write(moe_st_tensor *t, int32_t n, const moe_st_header *me
     snprintf(num, sizeof num, "%d", meta->ranks);
     if (json_object_set_new(md, "libmoe.ranks", json_string(num)) != 0) goto done;
     if (json_object_set_new(md, "libmoe.generation", json_string(meta->generation)) != 0) goto done;
-    if (json_object_set_new(md, "libmoe.version", json_string(moe_version_string())) != 0) goto done;
+    if (json_object_set_new(md, "libmoe.version", json_string(moe_st_version())) != 0) goto done;
     if (json_object_set_new(md, "libmoe.config", json_string(meta->config)) != 0) goto done;
     if (json_object_set_new(root, "__metadata__", md) != 0) {
         md = NULL;

@@ -44,6 +44,9 @@ int32_t moe_st_header_parse(const char *hdr, size_t len, uint64_t data_bytes, mo
 void moe_st_header_free(moe_st_header *h);
 /* Exactly eight hex digits (a CRC-32 as libmoe writes it) into *out; 0 for anything else. */
 int moe_st_hex32(const char *s, uint32_t *out);
+/* "0.2.0": the library version the files record (moe_version_string's text; that function is on
+ * the API floor). */
+const char *moe_st_version(void);
 /* "F32", "BF16", "F64", "I64" */
 const char *moe_st_dtype_name(int32_t dtype);
 

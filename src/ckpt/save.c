@@ -78,7 +78,7 @@ static int32_t write_index(const moe_ckpt_opts *o, const char *gen, int32_t rank
     }
     json_t *idx = files ? json_pack("{s:s, s:s, s:s, s:i, s:o, s:s}", "format", MOE_ST_FORMAT, "name", o->name,
                                     "generation", gen, "ranks", ranks, "files", files, "libmoe_version",
-                                    moe_version_string())
+                                    moe_st_version())
                         : NULL;
     char *text = idx ? json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(idx);
