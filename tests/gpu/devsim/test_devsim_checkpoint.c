@@ -15,22 +15,12 @@
 #include <cuda_runtime_api.h>
 
 #include "moe.h"
+#include "devsim_check.h"
 #include "devsim_control.h"
 #include "testutil.h"
 
 enum { H = 16, F = 8, E = 4, K = 2, FS = 8 };
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (cond) passed++;                                                                                        \
-        else {                                                                                                     \
-            failed++;                                                                                              \
-            printf("FAIL line %d: %s: ", __LINE__, #cond);                                                         \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-        }                                                                                                          \
-    } while (0)
 
 static const char *err(moe_context *ctx)
 {

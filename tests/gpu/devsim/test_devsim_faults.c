@@ -33,20 +33,10 @@
 
 #include "comm/comm.h"
 #include "runtime/runtime.h"
+#include "devsim_check.h"
 #include "devsim_control.h"
 #include "moe.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (cond) passed++;                                                                                        \
-        else {                                                                                                     \
-            failed++;                                                                                              \
-            printf("FAIL line %d: %s: ", __LINE__, #cond);                                                         \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-        }                                                                                                          \
-    } while (0)
 
 enum { T = 32, H = 32, F = 32, E = 4, K = 2, WALK_SAMPLES = 10 };
 #define MIB ((size_t)1 << 20)

@@ -20,20 +20,10 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/runtime.h"
+#include "devsim_check.h"
 #include "devsim_control.h"
 #include "moe.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (cond) passed++;                                                                                        \
-        else {                                                                                                     \
-            failed++;                                                                                              \
-            printf("FAIL line %d: %s: ", __LINE__, #cond);                                                         \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-        }                                                                                                          \
-    } while (0)
 
 enum { H = 32, F = 32, E = 4, K = 2, T = 64 };
 /* capacity routing (no counts read back: a forward queues all its work and returns) */
