@@ -3,7 +3,9 @@
  * context's layer and the other way round (fp32; a bf16 CUDA layer into an fp32 CPU layer, an exact
  * widening), with a companion in host memory attached to the CUDA layer (saved from and loaded into
  * host memory while the layer lives on the device). Every parameter is compared element by element
- * after copying the CUDA layer's to the host with cudaMemcpy.
+ * after copying the CUDA layer's to the host with cudaMemcpy. And a resumed run on the simulated GPU:
+ * train 2 steps, save, train 2 more; a fresh CUDA layer loads and trains the same 2, with outputs
+ * equal bitwise.
  * Prints one line per failed check and "N passed, M failed" last.
  */
 #include <stdint.h>
@@ -106,6 +108,41 @@ static int32_t ckpt(moe_layer *l, const char *dir, int save)
     return save ? moe_layer_save(l, &c) : moe_layer_load(l, &c);
 }
 
+enum { T = 24 };
+
+/* One training step of a CUDA layer on fixed inputs (seeded by k); y (host, [T, H]) gets the output. */
+static int32_t train(moe_layer *l, int k, float *y)
+{
+    float x[T * H], dy[T * H];
+    for (int i = 0; i < T * H; i++) {
+        x[i] = (float)((i * 7 + k * 13) % 23 - 11) / 11.0f;
+        dy[i] = (float)((i * 5 + k * 3) % 17 - 8) / 8.0f;
+    }
+    const size_t bytes = sizeof x;
+    float *dx_d = NULL, *dy_d = NULL, *x_d = NULL, *y_d = NULL;
+    cudaMalloc((void **)&x_d, bytes), cudaMalloc((void **)&y_d, bytes);
+    cudaMalloc((void **)&dy_d, bytes), cudaMalloc((void **)&dx_d, bytes);
+    cudaMemcpy(x_d, x, bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(dy_d, dy, bytes, cudaMemcpyHostToDevice);
+    int64_t shape[2] = {T, H};
+    tu_tensor tx, ty, tdy, tdx;
+    tu_tensor_f32(&tx, x_d, 2, shape), tu_tensor_f32(&ty, y_d, 2, shape);
+    tu_tensor_f32(&tdy, dy_d, 2, shape), tu_tensor_f32(&tdx, dx_d, 2, shape);
+    tu_tensor *all[4] = {&tx, &ty, &tdy, &tdx};
+    for (int i = 0; i < 4; i++) all[i]->t.device.device_type = kDLCUDA, all[i]->t.device.device_id = 0;
+    moe_step_config sc;
+    moe_step_config_init(&sc, sizeof sc);
+    moe_step *step = NULL;
+    int32_t st = moe_step_create(l, &sc, &step);
+    if (!st) st = moe_layer_forward(l, step, &tx.t, &ty.t, NULL);
+    if (!st) st = moe_layer_backward(l, step, &tdy.t, &tdx.t, NULL);
+    if (!st) st = moe_layer_update_expert_bias(l, NULL);
+    moe_step_destroy(step);
+    cudaMemcpy(y, y_d, bytes, cudaMemcpyDeviceToHost);
+    cudaFree(x_d), cudaFree(y_d), cudaFree(dy_d), cudaFree(dx_d);
+    return st;
+}
+
 int main(void)
 {
     char dir[] = "/tmp/moe_devsim_ckpt_XXXXXX";
@@ -139,6 +176,23 @@ int main(void)
     CHECK(ckpt(c2, dir, 1) == MOE_OK, "save on the CPU: %s", err(cpu));
     CHECK(ckpt(g2, dir, 0) == MOE_ERR_INVALID_ARGUMENT, "an fp32 -> bf16 load without CAST: %s", err(gpu));
 
+    /* a resumed run on the simulated GPU equals the uninterrupted one bitwise */
+    moe_layer *ga = layer(gpu, MOE_DTYPE_FP32, 5), *gb = layer(gpu, MOE_DTYPE_FP32, 6);
+    float ya[T * H], yb[T * H];
+    int32_t st = MOE_OK;
+    for (int k = 0; k < 2 && !st; k++) st = train(ga, k, ya);
+    CHECK(st == MOE_OK, "training: %s", err(gpu));
+    moe_checkpoint_config g;
+    moe_checkpoint_config_init(&g, sizeof g);
+    g.dir = dir;
+    g.flags = MOE_CHECKPOINT_GRADS;
+    CHECK(moe_layer_save(ga, &g) == MOE_OK, "save: %s", err(gpu));
+    CHECK(moe_layer_load(gb, &g) == MOE_OK, "load: %s", err(gpu));
+    for (int k = 2; k < 4; k++) {
+        CHECK(train(ga, k, ya) == MOE_OK && train(gb, k, yb) == MOE_OK, "training: %s", err(gpu));
+        CHECK(memcmp(ya, yb, sizeof ya) == 0, "step %d: the resumed output differs", k);
+    }
+    moe_layer_destroy(ga), moe_layer_destroy(gb);
     moe_layer_destroy(c1), moe_layer_destroy(g1), moe_layer_destroy(c2), moe_layer_destroy(g2);
     moe_context_destroy(cpu), moe_context_destroy(gpu);
     char cmd[128];
