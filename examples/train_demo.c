@@ -8,11 +8,15 @@
  * (examples/demo/report.c). docs/demo.md explains how to read it all.
  *
  *   train_demo [--steps N] [--layers L] [--experts E] [--topk K] [--aux ALPHA] [--threads N] [--seed S]
- *              [--report PATH] [--quiet]
+ *              [--report PATH] [--quiet] [--save PATH [--save-every N]] [--resume PATH] [--stop-after N]
+ *
+ * --save writes a checkpoint (examples/demo/checkpoint.h) that --resume continues from, bitwise as if
+ * the run had not stopped.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include "demo/checkpoint.h"
 #include "demo/data.h"
 #include "demo/model.h"
 #include "demo/report.h"
@@ -52,13 +56,19 @@ typedef struct options {
     float aux;
     uint64_t seed;
     const char *report;
+    const char *save, *resume; /* checkpoint directories (--save, --resume) */
+    int save_every, stop_after;
+    int given;                 /* GIVEN_*: the options of the model and the run set on the command line */
 } options;
+
+enum { GIVEN_STEPS = 1, GIVEN_LAYERS = 2, GIVEN_EXPERTS = 4, GIVEN_TOPK = 8, GIVEN_AUX = 16, GIVEN_SEED = 32 };
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: train_demo [--steps N] [--layers L] [--experts E] [--topk K] [--aux ALPHA] [--threads N]\n"
                "                  [--seed S] [--report PATH] [--quiet] [--recompute] [--offload] [--fp8]\n"
-               "                  [--quant tensorwise|blockwise|mxfp8|nvfp4]\n"
+               "                  [--quant tensorwise|blockwise|mxfp8|nvfp4] [--save PATH [--save-every N]]\n"
+               "                  [--resume PATH] [--stop-after N]\n"
                "  --steps N      optimiser steps (default 800)\n"
                "  --layers L     MoE layers (default 2)\n"
                "  --experts E    experts per layer (default 8)\n"
@@ -74,7 +84,12 @@ static void usage(FILE *f)
                "                 forward and backward (same gradients)\n"
                "  --fp8          expert GEMMs in FP8 (blockwise recipe: E4M3, 1x128 activation and 128x128\n"
                "                 weight scales) and their saved activations stored in FP8\n"
-               "  --quant R      expert GEMMs in recipe R (emulated exactly on the CPU), without FP8 storage\n");
+               "  --quant R      expert GEMMs in recipe R (emulated exactly on the CPU), without FP8 storage\n"
+               "  --save PATH    save a checkpoint into directory PATH at the end (created if missing)\n"
+               "  --save-every N also every N steps (into the same PATH)\n"
+               "  --resume PATH  continue the run saved in PATH from its step: the options of the model and the\n"
+               "                 run (--steps --layers --experts --topk --aux --seed) default to the saved ones\n"
+               "  --stop-after N stop after step N of the --steps run (as if interrupted; with --save, saved)\n");
 }
 
 static long long parse_number(const char *opt, const char *text, long long lo, long long hi)
@@ -104,7 +119,8 @@ static float parse_real(const char *opt, const char *text, double lo, double hi)
 
 static options parse_options(int argc, char **argv)
 {
-    options o = {800, 2, 8, 1, 0, 0, 0, 0, 0, 0, 1e-3f, 1, "moe_demo_report.svg"};
+    options o = {.steps = 800, .layers = 2, .experts = 8, .top_k = 1, .aux = 1e-3f, .seed = 1,
+                 .report = "moe_demo_report.svg"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quiet")) {
@@ -144,25 +160,29 @@ static options parse_options(int argc, char **argv)
             exit(0);
         }
         if (!strcmp(a, "--steps"))
-            o.steps = (int)parse_number(a, v, 1, 1000000);
+            o.steps = (int)parse_number(a, v, 1, 1000000), o.given |= GIVEN_STEPS;
         else if (!strcmp(a, "--layers"))
-            o.layers = (int)parse_number(a, v, 1, 64);
+            o.layers = (int)parse_number(a, v, 1, 64), o.given |= GIVEN_LAYERS;
         else if (!strcmp(a, "--experts"))
-            o.experts = (int)parse_number(a, v, 1, 256);
+            o.experts = (int)parse_number(a, v, 1, 256), o.given |= GIVEN_EXPERTS;
         else if (!strcmp(a, "--topk"))
-            o.top_k = (int)parse_number(a, v, 1, 256);
+            o.top_k = (int)parse_number(a, v, 1, 256), o.given |= GIVEN_TOPK;
         else if (!strcmp(a, "--aux"))
-            o.aux = parse_real(a, v, 0.0, 10.0);
+            o.aux = parse_real(a, v, 0.0, 10.0), o.given |= GIVEN_AUX;
         else if (!strcmp(a, "--threads"))
             o.threads = (int)parse_number(a, v, 0, 1024);
         else if (!strcmp(a, "--seed"))
-            o.seed = (uint64_t)parse_number(a, v, 0, 0x7fffffffffffffffll);
-        else if (!strcmp(a, "--report")) {
-            if (!v) {
-                fprintf(stderr, "train_demo: --report needs a path\n");
+            o.seed = (uint64_t)parse_number(a, v, 0, 0x7fffffffffffffffll), o.given |= GIVEN_SEED;
+        else if (!strcmp(a, "--save-every"))
+            o.save_every = (int)parse_number(a, v, 1, 1000000);
+        else if (!strcmp(a, "--stop-after"))
+            o.stop_after = (int)parse_number(a, v, 1, 1000000);
+        else if (!strcmp(a, "--report") || !strcmp(a, "--save") || !strcmp(a, "--resume")) {
+            if (!v || !v[0]) {
+                fprintf(stderr, "train_demo: %s needs a path\n", a);
                 exit(2);
             }
-            o.report = v;
+            *(!strcmp(a, "--report") ? &o.report : !strcmp(a, "--save") ? &o.save : &o.resume) = v;
         } else {
             fprintf(stderr, "train_demo: unknown option '%s'\n", a);
             usage(stderr);
@@ -170,11 +190,55 @@ static options parse_options(int argc, char **argv)
         }
         i++; /* the option's value */
     }
-    if (o.top_k > o.experts) {
-        fprintf(stderr, "train_demo: --topk %d exceeds --experts %d\n", o.top_k, o.experts);
+    if (o.save_every && !o.save) {
+        fprintf(stderr, "train_demo: --save-every needs --save PATH\n");
         exit(2);
     }
     return o;
+}
+
+/* The run's options after --resume took the checkpoint's: what the command line left out comes from
+ * the record; what it set must agree with it (--steps may differ: the learning-rate schedule is then
+ * that of the new length). */
+static void take_saved_options(options *o, const demo_ckpt_record *rec)
+{
+    const struct {
+        int bit;
+        const char *flag;
+        double mine, saved;
+    } fields[] = {{GIVEN_LAYERS, "--layers", o->layers, rec->layers},
+                  {GIVEN_EXPERTS, "--experts", o->experts, rec->experts},
+                  {GIVEN_TOPK, "--topk", o->top_k, rec->top_k},
+                  {GIVEN_AUX, "--aux", o->aux, rec->aux},
+                  {GIVEN_SEED, "--seed", (double)o->seed, (double)rec->seed}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+        if ((o->given & fields[i].bit) && fields[i].mine != fields[i].saved) {
+            fprintf(stderr, "train_demo: the checkpoint in %s was saved by a run with %s %g; this run asks for %s %g "
+                            "(leave %s out to continue with the saved value)\n", o->resume, fields[i].flag,
+                    fields[i].saved, fields[i].flag, fields[i].mine, fields[i].flag);
+            exit(2);
+        }
+    if ((o->given & GIVEN_SEED) && o->seed != rec->seed) { /* beyond a double's 53 bits */
+        fprintf(stderr, "train_demo: the checkpoint in %s was saved by a run with another --seed\n", o->resume);
+        exit(2);
+    }
+    o->layers = rec->layers;
+    o->experts = rec->experts;
+    o->top_k = rec->top_k;
+    o->aux = rec->aux;
+    o->seed = rec->seed;
+    if (!(o->given & GIVEN_STEPS))
+        o->steps = rec->steps;
+    if (o->steps < rec->step) {
+        fprintf(stderr, "train_demo: the checkpoint in %s is at step %d; --steps %d ends before it\n", o->resume,
+                rec->step, o->steps);
+        exit(2);
+    }
+    if (o->stop_after && o->stop_after <= rec->step) {
+        fprintf(stderr, "train_demo: the checkpoint in %s is at step %d; --stop-after %d is not after it\n",
+                o->resume, rec->step, o->stop_after);
+        exit(2);
+    }
 }
 
 static double now_seconds(void)
@@ -304,13 +368,115 @@ typedef struct run {
     double *window_load;      /* [L][S][E] routing since the last table ... */
     double *window_per_expert; /* [L][E] ... and tokens per expert */
     int window_start, table_every;
+    int start, end;           /* this run trains steps start+1 .. end (0 and --steps unless resumed or stopped) */
+    demo_ckpt_record resumed; /* --resume: the checkpoint's record */
+    const char *saved_slot;   /* --save: the slot of the last save */
 } run;
+
+/* Every host array a checkpoint holds besides the layers' state, with done steps and points expected-loss
+ * measurements recorded; out has room for 3 per parameter + 6. */
+static int host_arrays(run *r, int done, int points, demo_ckpt_array *out)
+{
+    const demo_model *m = &r->model;
+    const size_t routing = (size_t)r->opt.layers * r->opt.experts;
+    int n = 0;
+    for (int i = 0; i < m->num_params; i++) {
+        const demo_param *p = &m->params[i];
+        if (p->layer >= 0)
+            continue; /* in the layer's checkpoint, moments attached */
+        float *data[3] = {p->w, p->m, p->v};
+        static const char *const suffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
+        for (int k = 0; k < 3; k++, n++) {
+            snprintf(out[n].name, sizeof out[n].name, "%s%s", p->name, suffix[k]);
+            out[n].data = data[k];
+            out[n].bytes = sizeof(float) * (size_t)p->n;
+        }
+    }
+    const demo_ckpt_array history[6] = {
+        {"loss", r->loss, sizeof(float) * (size_t)done},
+        {"loss_smooth", r->loss_smooth, sizeof(float) * (size_t)done},
+        {"expected", r->expected, sizeof(float) * (size_t)points},
+        {"expected_step", r->expected_step, sizeof(int) * (size_t)points},
+        {"window_load", r->window_load, sizeof(double) * routing * SOURCES},
+        {"window_per_expert", r->window_per_expert, sizeof(double) * routing}};
+    for (int k = 0; k < 6; k++)
+        out[n++] = history[k];
+    return n;
+}
+
+/* --save: the layers (Adam moments attached), the host's arrays, and the record; done steps trained. */
+static void save_checkpoint(run *r, int done)
+{
+    const options *o = &r->opt;
+    demo_ckpt_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.step = done;
+    rec.steps = o->steps;
+    rec.layers = o->layers;
+    rec.experts = o->experts;
+    rec.top_k = o->top_k;
+    rec.aux = o->aux;
+    rec.seed = o->seed;
+    rec.adam_steps = r->model.adam_steps;
+    memcpy(rec.rng, r->rng.s, sizeof rec.rng);
+    rec.loss_ema = r->ema;
+    rec.loss = done > 0 ? r->loss[done - 1] : 0.0;
+    rec.loss_smooth = done > 0 ? r->loss_smooth[done - 1] : 0.0;
+    rec.expected_points = r->num_expected;
+    rec.window_start = r->window_start;
+    rec.held_after_forward = r->held_after_forward;
+    rec.offloaded_after_forward = r->offloaded_after_forward;
+    rec.quant_saturated = r->quant_saturated;
+    demo_ckpt_array *arrays = demo_calloc((size_t)r->model.num_params * 3 + 6, sizeof *arrays);
+    const int n = host_arrays(r, done, r->num_expected, arrays);
+    demo_ckpt_save(&r->model, o->save, &rec, arrays, n);
+    free(arrays);
+    r->saved_slot = !strcmp(rec.slot, "slot-a") ? "slot-a" : "slot-b";
+    if (!o->quiet && done < r->end) {
+        demo_ui_break(&r->ui);
+        printf("checkpoint: step %d saved in %s (%s)\n", done, o->save, r->saved_slot);
+    }
+}
+
+/* --resume: the checkpoint into the layers and the host's state (the record is read already). */
+static void load_checkpoint(run *r)
+{
+    const demo_ckpt_record *rec = &r->resumed;
+    demo_ckpt_array *arrays = demo_calloc((size_t)r->model.num_params * 3 + 6, sizeof *arrays);
+    const int n = host_arrays(r, rec->step, rec->expected_points, arrays);
+    demo_ckpt_load(&r->model, r->opt.resume, rec, arrays, n);
+    free(arrays);
+    r->model.adam_steps = rec->adam_steps;
+    memcpy(r->rng.s, rec->rng, sizeof r->rng.s);
+    r->ema = rec->loss_ema;
+    r->num_expected = rec->expected_points;
+    r->window_start = rec->window_start;
+    r->held_after_forward = rec->held_after_forward;
+    r->offloaded_after_forward = rec->offloaded_after_forward;
+    r->quant_saturated = rec->quant_saturated;
+}
 
 static void setup(run *r, int argc, char **argv)
 {
     memset(r, 0, sizeof *r);
     r->opt = parse_options(argc, argv);
+    if (r->opt.resume) {
+        demo_ckpt_read_record(r->opt.resume, &r->resumed);
+        take_saved_options(&r->opt, &r->resumed);
+        r->start = r->resumed.step;
+    }
     const options *o = &r->opt;
+    if (o->top_k > o->experts) {
+        fprintf(stderr, "train_demo: --topk %d exceeds --experts %d\n", o->top_k, o->experts);
+        exit(2);
+    }
+    if (o->stop_after > o->steps) {
+        fprintf(stderr, "train_demo: --stop-after %d is beyond --steps %d\n", o->stop_after, o->steps);
+        exit(2);
+    }
+    r->end = o->stop_after ? o->stop_after : o->steps;
+    if (o->save)
+        demo_ckpt_prepare(o->save); /* a bad path fails now, not after the training */
     r->report = fopen(o->report, "w");
     if (!r->report) {
         fprintf(stderr, "train_demo: cannot write %s: %s\n", o->report, strerror(errno));
@@ -337,11 +503,16 @@ static void setup(run *r, int argc, char **argv)
     r->loss_smooth = demo_calloc((size_t)o->steps, sizeof(float));
     /* the exact expected loss about 200 times over the run (a forward of V tokens each time) */
     r->expected_every = o->steps >= 200 ? o->steps / 200 : 1;
-    r->expected = demo_calloc((size_t)o->steps / r->expected_every + 2, sizeof(float));
-    r->expected_step = demo_calloc((size_t)o->steps / r->expected_every + 2, sizeof(int));
+    const size_t points = (size_t)o->steps / r->expected_every + 2 + (size_t)r->resumed.expected_points;
+    r->expected = demo_calloc(points, sizeof(float));
+    r->expected_step = demo_calloc(points, sizeof(int));
     r->window_load = demo_calloc((size_t)o->layers * SOURCES * o->experts, sizeof(double));
     r->window_per_expert = demo_calloc((size_t)o->layers * o->experts, sizeof(double));
     r->table_every = o->steps >= 4 ? o->steps / 4 : 1;
+    if (o->save || o->resume)
+        demo_ckpt_attach_moments(&r->model); /* Adam's moments of the layers' parameters go with them */
+    if (o->resume)
+        load_checkpoint(r);
 
     snprintf(r->title, sizeof r->title,
              "libmoe %s, %d thread%s, seed %llu: %d MoE layers of %d experts (top-%d, SwiGLU H=%d F=%d, aux %g), "
@@ -350,6 +521,8 @@ static void setup(run *r, int argc, char **argv)
              o->layers, o->experts, o->top_k, HIDDEN, FFN, (double)o->aux, (long long)demo_model_num_params(&r->model),
              o->steps, (long long)(MICROBATCHES * TOKENS_PER_MICROBATCH));
     demo_ui_init(&r->ui, o->quiet, o->steps);
+    r->ui.first_step = r->start;
+    r->ui.end_step = r->end;
     if (!o->quiet) {
         printf("%s\n", r->title);
         printf("data: %d Markov sources over %d tokens: %d own tokens each + %d shared (%.0f%% of the tokens)\n",
@@ -357,6 +530,9 @@ static void setup(run *r, int argc, char **argv)
         printf("entropy floor H(next | current) = %.4f nats/token  (uniform guess ln %d = %.4f; "
                "knowing the source too: %.4f)\n\n",
                r->src.floor_nats, VOCAB, log((double)VOCAB), r->src.source_aware_floor_nats);
+        if (o->resume)
+            printf("resumed from %s (%s): step %d of %d done, loss %.3f (smoothed)\n\n", o->resume, r->resumed.slot,
+                   r->start, o->steps, r->start > 0 ? r->loss_smooth[r->start - 1] : 0.0);
     }
 }
 
@@ -417,7 +593,7 @@ static void show_progress(run *r, int step, double elapsed)
     moe_memory_stats ms;
     memory_stats(r->ctx, &ms);
     demo_progress p = {step + 1, r->loss_smooth[step], r->src.floor_nats, r->aux,
-                       (double)(step + 1) * MICROBATCHES * TOKENS_PER_MICROBATCH / elapsed, elapsed,
+                       (double)(step + 1 - r->start) * MICROBATCHES * TOKENS_PER_MICROBATCH / elapsed, elapsed,
                        ms.total_current_bytes, ms.total_peak_bytes};
     demo_ui_progress(&r->ui, &p, elapsed);
 }
@@ -426,9 +602,12 @@ static void show_progress(run *r, int step, double elapsed)
 static int finish(run *r, double seconds)
 {
     const options *o = &r->opt;
-    const int last = o->steps - 1;
+    const int last = r->end - 1;
     double *final_load = demo_calloc((size_t)o->layers * SOURCES * o->experts, sizeof(double));
-    record_expected(r, o->steps, final_load);
+    if (r->expected_step[r->num_expected - 1] == r->end) /* a run stopped where train_step measured */
+        evaluate(&r->model, &r->src, final_load);
+    else
+        record_expected(r, r->end, final_load);
     const double expected_first = r->expected[0], expected_last = r->expected[r->num_expected - 1];
 
     demo_ui_load_table(&r->ui, "trained model: layer 0 routing, share of each source's tokens per expert",
@@ -441,9 +620,13 @@ static int finish(run *r, double seconds)
                 total += per_expert[e];
                 most = per_expert[e] > most ? per_expert[e] : most;
             }
-            printf("layer %d: specialisation %.2f; over steps %d-%d its busiest expert had %.2fx the mean load\n", l,
-                   demo_routing_specialisation(final_load + (size_t)l * SOURCES * o->experts, SOURCES, o->experts),
-                   r->window_start + 1, o->steps, total > 0.0 ? most * o->experts / total : 0.0);
+            const double spec =
+                demo_routing_specialisation(final_load + (size_t)l * SOURCES * o->experts, SOURCES, o->experts);
+            if (r->window_start < r->end)
+                printf("layer %d: specialisation %.2f; over steps %d-%d its busiest expert had %.2fx the mean load\n",
+                       l, spec, r->window_start + 1, r->end, total > 0.0 ? most * o->experts / total : 0.0);
+            else /* a run stopped right after a table: no steps since */
+                printf("layer %d: specialisation %.2f\n", l, spec);
         }
         printf("\n");
     }
@@ -451,9 +634,16 @@ static int finish(run *r, double seconds)
     moe_memory_stats ms;
     memory_stats(r->ctx, &ms);
     char cur[24], peak[24];
-    const double tokens = (double)o->steps * MICROBATCHES * TOKENS_PER_MICROBATCH;
-    printf("trained %d steps (%.0f tokens) in %.1f s, %.1fk tokens/s on %d thread%s\n", o->steps, tokens, seconds,
-           tokens / seconds / 1000.0, (int)r->threads, r->threads == 1 ? "" : "s");
+    const double tokens = (double)(r->end - r->start) * MICROBATCHES * TOKENS_PER_MICROBATCH;
+    if (r->end == r->start)
+        printf("trained no steps: the checkpoint was at step %d of %d\n", r->start, o->steps);
+    else if (r->start == 0 && r->end == o->steps)
+        printf("trained %d steps (%.0f tokens) in %.1f s, %.1fk tokens/s on %d thread%s\n", o->steps, tokens, seconds,
+               tokens / seconds / 1000.0, (int)r->threads, r->threads == 1 ? "" : "s");
+    else
+        printf("trained steps %d-%d of %d (%.0f tokens) in %.1f s, %.1fk tokens/s on %d thread%s\n", r->start + 1,
+               r->end, o->steps, tokens, seconds, tokens / seconds / 1000.0, (int)r->threads,
+               r->threads == 1 ? "" : "s");
     printf("training loss (smoothed): %.4f -> %.4f nats/token, entropy floor %.4f (gap %.4f)\n", r->loss_smooth[0],
            r->loss_smooth[last], r->src.floor_nats, r->loss_smooth[last] - r->src.floor_nats);
     printf("expected loss (exact):    %.4f -> %.4f nats/token (gap %.4f)\n", expected_first, expected_last,
@@ -470,7 +660,7 @@ static int finish(run *r, double seconds)
            demo_format_bytes(r->offloaded_after_forward, off, sizeof off),
            demo_format_bytes(ms.peak_bytes[MOE_MEM_ACTIVATIONS], act, sizeof act));
 
-    demo_report rep = {r->title, r->loss, r->loss_smooth, LOSS_EMA, o->steps, r->src.floor_nats,
+    demo_report rep = {r->title, r->loss, r->loss_smooth, LOSS_EMA, r->end, r->src.floor_nats,
                        r->src.source_aware_floor_nats, log((double)VOCAB), r->expected_step, r->expected,
                        r->num_expected, final_load, o->layers, SOURCES, o->experts};
     int status = demo_report_write(&rep, r->report);
@@ -479,6 +669,8 @@ static int finish(run *r, double seconds)
         fprintf(stderr, "train_demo: cannot write %s: %s\n", o->report, strerror(errno));
     else
         printf("report: %s\n", o->report);
+    if (r->saved_slot)
+        printf("checkpoint: step %d of %d saved in %s (%s)\n", r->end, o->steps, o->save, r->saved_slot);
     free(final_load);
     return status ? 1 : 0;
 }
@@ -503,13 +695,19 @@ int main(int argc, char **argv)
 {
     run r;
     setup(&r, argc, argv);
-    record_expected(&r, 0, NULL);
+    if (!r.opt.resume)
+        record_expected(&r, 0, NULL); /* a resumed run has its history from the checkpoint */
     const double t0 = now_seconds();
-    for (int step = 0; step < r.opt.steps; step++) {
+    for (int step = r.start; step < r.end; step++) {
         train_step(&r, step);
         show_progress(&r, step, now_seconds() - t0);
+        if (r.opt.save_every && (step + 1) % r.opt.save_every == 0 && step + 1 < r.end)
+            save_checkpoint(&r, step + 1);
     }
-    const int status = finish(&r, now_seconds() - t0);
+    const double seconds = now_seconds() - t0;
+    if (r.opt.save)
+        save_checkpoint(&r, r.end);
+    const int status = finish(&r, seconds);
     teardown(&r);
     return status;
 }

@@ -81,12 +81,15 @@ static int64_t view_numel(const DLTensor *t, const char *name)
     return n;
 }
 
-static demo_param *add_param(demo_model *m, float *w, float *g, int64_t n)
+static demo_param *add_param(demo_model *m, const char *name, float *w, float *g, int64_t n)
 {
     demo_param *p = &m->params[m->num_params++];
     p->w = w;
     p->g = g;
     p->n = n;
+    p->layer = -1;
+    p->slot = -1;
+    snprintf(p->name, sizeof p->name, "%s", name);
     p->m = demo_calloc((size_t)n, sizeof(float));
     p->v = demo_calloc((size_t)n, sizeof(float));
     return p;
@@ -110,10 +113,12 @@ static void add_layer_params(demo_model *m, int l)
             fprintf(stderr, "error: %s: gradient and parameter views differ in size\n", name);
             exit(1);
         }
-        demo_param *p = add_param(m, (float *)((char *)wv->dl_tensor.data + wv->dl_tensor.byte_offset),
+        demo_param *p = add_param(m, name, (float *)((char *)wv->dl_tensor.data + wv->dl_tensor.byte_offset),
                                   (float *)((char *)gv->dl_tensor.data + gv->dl_tensor.byte_offset), n);
         p->w_view = wv;
         p->g_view = gv;
+        p->layer = l;
+        p->slot = slot;
     }
 }
 
@@ -142,7 +147,7 @@ void demo_model_create(demo_model *m, moe_context *ctx, const demo_model_config 
         m->head[i] = (float)((2.0 * demo_rng_uniform(&rng) - 1.0) / sqrt((double)H));
 
     m->params = demo_calloc(3 + (size_t)L * MOE_PARAM_NUM_SLOTS, sizeof(demo_param));
-    add_param(m, m->embed, m->embed_grad, (int64_t)V * H);
+    add_param(m, "embed", m->embed, m->embed_grad, (int64_t)V * H);
 
     m->layers = demo_calloc((size_t)L, sizeof(moe_layer *));
     for (int l = 0; l < L; l++) {
@@ -167,8 +172,8 @@ void demo_model_create(demo_model *m, moe_context *ctx, const demo_model_config 
         demo_check(ctx, moe_layer_set_grad_mode(m->layers[l], MOE_GRAD_ACCUMULATE), "moe_layer_set_grad_mode");
         add_layer_params(m, l);
     }
-    add_param(m, m->head, m->head_grad, (int64_t)H * V);
-    add_param(m, m->bias, m->bias_grad, V);
+    add_param(m, "head", m->head, m->head_grad, (int64_t)H * V);
+    add_param(m, "bias", m->bias, m->bias_grad, V);
 
     m->h = demo_calloc((size_t)max_tokens * H, sizeof(float));
     m->y = demo_calloc((size_t)max_tokens * H, sizeof(float));
@@ -188,11 +193,14 @@ void demo_model_destroy(demo_model *m)
             p->w_view->deleter(p->w_view);
         if (p->g_view)
             p->g_view->deleter(p->g_view);
-        free(p->m);
-        free(p->v);
     }
+    /* the layers first: the Adam moments may be attached to them (moe_layer_attach_state) */
     for (int l = 0; l < m->cfg.layers; l++)
         moe_layer_destroy(m->layers[l]);
+    for (int i = 0; i < m->num_params; i++) {
+        free(m->params[i].m);
+        free(m->params[i].v);
+    }
     free(m->layers);
     free(m->params);
     free(m->embed);

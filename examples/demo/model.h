@@ -43,6 +43,9 @@ typedef struct demo_param {
     float *m, *v;                     /* Adam moments */
     int64_t n;
     DLManagedTensor *w_view, *g_view; /* engine views; NULL for host-owned tensors */
+    int layer;                        /* the moe_layer it belongs to, -1 for the host's tensors ... */
+    int32_t slot;                     /* ... and its MOE_PARAM_* slot there */
+    char name[40];                    /* "embed", "layer0.router", "head", ... */
 } demo_param;
 
 typedef struct demo_model {

@@ -17,6 +17,7 @@ void demo_ui_init(demo_ui *ui, int quiet, int total_steps)
     ui->tty = isatty(STDOUT_FILENO);
     ui->quiet = quiet;
     ui->total_steps = total_steps;
+    ui->end_step = total_steps;
     ui->line_every = total_steps >= 20 ? total_steps / 20 : 1;
     ui->last_draw = -1.0;
 }
@@ -52,8 +53,8 @@ static void format_seconds(double s, char *buf, size_t cap)
 static void progress_text(const demo_ui *ui, const demo_progress *p, char *buf, size_t cap)
 {
     char cur[24], peak[24], when[16];
-    const int done = p->step >= ui->total_steps;
-    format_seconds(done ? p->elapsed_s : p->elapsed_s * (ui->total_steps - p->step) / p->step, when, sizeof when);
+    const int done = p->step >= ui->end_step, ran = p->step - ui->first_step;
+    format_seconds(done || ran <= 0 ? p->elapsed_s : p->elapsed_s * (ui->end_step - p->step) / ran, when, sizeof when);
     demo_format_bytes(p->mem_current, cur, sizeof cur);
     demo_format_bytes(p->mem_peak, peak, sizeof peak);
     snprintf(buf, cap, "%*d/%d  loss %.3f (floor %.3f, %+.3f)  %.1fk tok/s  %s %s  mem %s (peak %s)  aux %.4f",
@@ -67,7 +68,7 @@ void demo_ui_progress(demo_ui *ui, const demo_progress *p, double now_s)
         return;
     char text[256];
     progress_text(ui, p, text, sizeof text);
-    const int done = p->step >= ui->total_steps;
+    const int done = p->step >= ui->end_step;
     if (!ui->tty) {
         if (done || p->step % ui->line_every == 0)
             printf("step %s\n", text);

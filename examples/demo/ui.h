@@ -13,6 +13,8 @@ typedef struct demo_ui {
     int quiet;
     int bar_shown;    /* a progress line is on screen and must be cleared before other output */
     int total_steps;
+    int first_step;   /* steps done before this run started (a resumed run): the eta is this run's pace */
+    int end_step;     /* where this run stops: total_steps, or earlier (--stop-after) */
     int line_every;   /* non-TTY: print a progress line every this many steps */
     double last_draw; /* TTY: time of the last redraw (seconds) */
 } demo_ui;
@@ -28,6 +30,7 @@ typedef struct demo_progress {
     int64_t mem_peak;
 } demo_progress;
 
+/* A run of steps 1..total_steps; set first_step and end_step afterwards for a part of it. */
 void demo_ui_init(demo_ui *ui, int quiet, int total_steps);
 /* Redraws (TTY) or prints (otherwise, every line_every steps and at the end) the progress line. */
 void demo_ui_progress(demo_ui *ui, const demo_progress *p, double now_s);
