@@ -53,6 +53,7 @@ int32_t moe_file_create(moe_file_out *f, const char *path, char *msg, size_t cap
     f->path = dup_str(path);
     f->tmp = moe_host_malloc(n);
     if (!f->path || !f->tmp) {
+        moe_host_free(f->tmp), f->tmp = NULL; /* nothing was created: nothing to remove */
         moe_file_abort(f);
         snprintf(msg, cap, "out of memory");
         return MOE_ERR_OUT_OF_MEMORY;
