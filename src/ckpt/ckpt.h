@@ -30,6 +30,8 @@ char *moe_ckpt_join(const char *dir, const char *file);
 /* Every rank passes its status; all return the same: MOE_OK when every rank's was, else the first
  * failing rank's status, with *bad = that rank (-1 when all succeeded). comm NULL: rc itself. */
 int32_t moe_ckpt_agree(moe_comm *comm, int32_t rc, int32_t *bad);
+/* all[k * r ..] <- rank r's v[0..k) (host memory; comm NULL: this rank's own). */
+int32_t moe_ckpt_gather(moe_comm *comm, const int64_t *v, int32_t k, int64_t *all);
 /* Element copies between dtypes (MOE_DTYPE_*); 1 when the change from `from` to `to` is exact. */
 int moe_ckpt_exact(int32_t from, int32_t to);
 void moe_ckpt_convert(const void *src, int32_t sdt, void *dst, int32_t ddt, int64_t n);

@@ -92,18 +92,31 @@ char *moe_ckpt_file_name(const moe_ckpt_opts *o, const char *gen, int32_t rank, 
     return p;
 }
 
+int32_t moe_ckpt_gather(moe_comm *comm, const int64_t *v, int32_t k, int64_t *all)
+{
+    if (!comm || comm->size == 1) {
+        memcpy(all, v, (size_t)k * sizeof *v);
+        return MOE_OK;
+    }
+    const int32_t n = comm->size;
+    int64_t *bytes = moe_host_calloc((size_t)n * 2, sizeof *bytes), *offs = bytes + n;
+    if (!bytes) return MOE_ERR_OUT_OF_MEMORY; /* the peers then time out in the collective: no hang */
+    for (int32_t p = 0; p < n; p++) bytes[p] = k * (int64_t)sizeof(int64_t), offs[p] = p * bytes[p];
+    const int32_t rc = moe_comm_all_gather_v_host(comm, v, k * (int64_t)sizeof(int64_t), all, bytes, offs, NULL);
+    moe_host_free(bytes);
+    return rc;
+}
+
 int32_t moe_ckpt_agree(moe_comm *comm, int32_t rc, int32_t *bad)
 {
     *bad = rc == MOE_OK ? -1 : (comm ? comm->rank : 0);
     if (!comm || comm->size == 1) return rc;
-    const int32_t n = comm->size;
-    int64_t *all = moe_host_calloc((size_t)n * 3, sizeof *all), *bytes = all + n, *offs = all + 2 * n;
+    int64_t *all = moe_host_calloc((size_t)comm->size, sizeof *all);
     if (!all) return MOE_ERR_OUT_OF_MEMORY; /* the peers then time out in the collective: no hang */
-    for (int32_t p = 0; p < n; p++) bytes[p] = sizeof(int64_t), offs[p] = p * (int64_t)sizeof(int64_t);
     const int64_t mine = rc;
-    int32_t st = moe_comm_all_gather_v_host(comm, &mine, sizeof mine, all, bytes, offs, NULL);
+    int32_t st = moe_ckpt_gather(comm, &mine, 1, all);
     if (st == MOE_OK) {
-        for (int32_t p = 0; p < n; p++)
+        for (int32_t p = 0; p < comm->size; p++)
             if (all[p] != MOE_OK) {
                 *bad = p;
                 st = (int32_t)all[p];

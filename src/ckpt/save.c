@@ -26,11 +26,9 @@ static int32_t agree_generation(moe_comm *comm, char gen[24])
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t mine = (int64_t)(((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 44));
     if (comm && comm->size > 1) {
-        const int32_t n = comm->size;
-        int64_t *all = moe_host_calloc((size_t)n * 3, sizeof *all), *bytes = all + n, *offs = all + 2 * n;
+        int64_t *all = moe_host_calloc((size_t)comm->size, sizeof *all);
         if (!all) return MOE_ERR_OUT_OF_MEMORY;
-        for (int32_t p = 0; p < n; p++) bytes[p] = sizeof(int64_t), offs[p] = p * (int64_t)sizeof(int64_t);
-        int32_t rc = moe_comm_all_gather_v_host(comm, &mine, sizeof mine, all, bytes, offs, NULL);
+        const int32_t rc = moe_ckpt_gather(comm, &mine, 1, all);
         mine = all[0];
         moe_host_free(all);
         if (rc) return rc;
@@ -96,21 +94,6 @@ static int32_t write_index(const moe_ckpt_opts *o, const char *gen, int32_t rank
     return rc;
 }
 
-/* all[3 * r ..] <- rank r's v[3] (comm NULL: this rank's own). */
-static int32_t gather3(moe_comm *comm, const int64_t v[3], int64_t *all)
-{
-    if (!comm || comm->size == 1) {
-        memcpy(all, v, 3 * sizeof *v);
-        return MOE_OK;
-    }
-    const int32_t n = comm->size;
-    int64_t *sizes = moe_host_calloc((size_t)n * 2, sizeof *sizes), *offs = sizes + n;
-    if (!sizes) return MOE_ERR_OUT_OF_MEMORY;
-    for (int32_t p = 0; p < n; p++) sizes[p] = 3 * sizeof(int64_t), offs[p] = p * 3 * (int64_t)sizeof(int64_t);
-    const int32_t rc = moe_comm_all_gather_v_host(comm, v, 3 * sizeof(int64_t), all, sizes, offs, NULL);
-    moe_host_free(sizes);
-    return rc;
-}
 
 int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
 {
@@ -147,13 +130,13 @@ int32_t moe_ckpt_save(moe_layer *L, const moe_ckpt_opts *o)
     }
     /* every rank's file is on disk, or none is committed */
     what[0] = rc;
-    int32_t all = gather3(o->comm, what, whats);
+    int32_t all = moe_ckpt_gather(o->comm, what, 3, whats);
     for (int32_t r = 0; all == MOE_OK && r < ranks; r++)
         if (whats[3 * r] != MOE_OK) bad = r, all = (int32_t)whats[3 * r];
     if (all == MOE_OK && rank == 0) rc = write_index(o, gen, ranks, whats, index_path, &committed, msg);
     if (all == MOE_OK) { /* every rank learns whether rank 0's index moved: then the new files stay */
         const int64_t mine[3] = {rc, committed, 0};
-        all = gather3(o->comm, mine, whats);
+        all = moe_ckpt_gather(o->comm, mine, 3, whats);
         committed = all == MOE_OK ? (int32_t)whats[1] : 0;
         for (int32_t r = 0; all == MOE_OK && r < ranks; r++)
             if (whats[3 * r] != MOE_OK) bad = r, all = (int32_t)whats[3 * r];
