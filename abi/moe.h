@@ -450,6 +450,64 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
  * MOE_ERR_STATE unless the step's last call was a successful forward of a step that keeps a tape. */
 MOE_API int32_t moe_step_prefetch(moe_step *step, void *stream);
 
+/* ---------------------------------------------------------------- merged forward/backward (0.2)
+ * The steady state of a 1F1B pipeline runs, per layer, the forward of micro-batch i+1 and the
+ * backward of micro-batch i back to back. moe_layer_forward_backward runs them as one call, in two
+ * halves that take turns: whenever one half waits for an expert-parallel exchange it started
+ * (dispatch, combine and their backwards), the other computes (router, permutation, expert GEMMs,
+ * weight gradients), so each exchange is in flight behind the other half's compute. Weight gradients
+ * the host deferred (weights_step) fill the gaps where both halves wait (docs/parallel.md, "Merged
+ * forward and backward", with a whole 1F1B schedule in examples/pipeline_1f1b.c).
+ *
+ * Exact: y, dx, every gradient, the aux/z losses, routing statistics and expert-bias counts are
+ * bitwise those of the separate calls moe_layer_backward_weights(weights_step), moe_layer_forward
+ * (forward_step), moe_layer_backward_data + (unless deferred) moe_layer_backward_weights
+ * (backward_step), with the same layout and thread count: each half runs its separate call's ops on
+ * its own step, and gradients are accumulated in that order.
+ *
+ * Where the layer exchanges nothing (EP = ETP = 1), or one of forward_step / backward_step is NULL
+ * (a pipeline's warm-up and cool-down), the parts simply run in that order on the calling thread.
+ * Otherwise the forward half runs on a thread the layer keeps (its profiler ranges and log messages
+ * come from that thread; the two halves never run engine code at the same time, so comms see one
+ * caller at a time: MPI_THREAD_SERIALIZED suffices) and, on a CUDA context, on a second stream of the
+ * layer, ordered after `stream`'s earlier work and joined back into `stream` before the call returns.
+ * The halves issue their collectives in an order fixed by their programs (they hand over only at
+ * their waits), the same on every rank.
+ *
+ * On failure the call returns the first error. Each part has then either completed (its step moved
+ * on as its separate call moves it) or left its step, its outputs and the layer as they were; after
+ * a failure on one half the other issues no further collective, so the peers fail too (time out)
+ * rather than match the halves' exchanges out of order. */
+typedef struct moe_merged_step {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    /* the forward of micro-batch i+1: as moe_layer_forward's step, x, y (step NULL: no forward) */
+    moe_step *forward_step;
+    const DLTensor *x;
+    DLTensor *y;
+    /* the backward of micro-batch i: as moe_layer_backward's step, dy, dx (step NULL: no backward) */
+    moe_step *backward_step;
+    const DLTensor *dy;
+    DLTensor *dx;
+    /* a step whose backward_data ran and whose weight gradients are still pending (an earlier merged
+     * call with MOE_MERGED_DEFER_WEIGHT_GRADS, or moe_layer_backward_data): added in this call, in the
+     * gaps (NULL: none). moe_layer_backward_weights adds them instead (a flush). */
+    moe_step *weights_step;
+    int32_t flags;     /* MOE_MERGED_* bits; 0 = none */
+    int32_t reserved0;
+} moe_merged_step;
+enum {
+    /* backward_step's weight gradients are not added: the step stays after backward_data, for a later
+     * call's weights_step (or moe_layer_backward_weights) */
+    MOE_MERGED_DEFER_WEIGHT_GRADS = 1
+};
+MOE_API int32_t moe_merged_step_init(moe_merged_step *args, size_t struct_size);
+/* The three steps must be distinct steps of this layer; forward_step may not be EVAL... (any mode the
+ * separate forward takes), backward_step must hold a training forward, weights_step a finished
+ * backward_data. Every argument is checked before anything runs. */
+MOE_API int32_t moe_layer_forward_backward(moe_layer *layer, const moe_merged_step *args, void *stream);
+
 /* ---------------------------------------------------------------- routing statistics */
 typedef struct moe_routing_stats {
     uint32_t struct_size;
@@ -512,7 +570,7 @@ MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
  *    hook that returns non-zero fails the call with MOE_ERR_CALLBACK and breaks the comm. */
 typedef struct moe_comm moe_comm;
 
-enum { MOE_COMM_SELF = 0, MOE_COMM_MPI = 1, MOE_COMM_NCCL = 2, MOE_COMM_HOOKS = 3 };
+enum { MOE_COMM_SELF = 0, MOE_COMM_MPI = 1, MOE_COMM_NCCL = 2, MOE_COMM_HOOKS = 3, MOE_COMM_MODELED = 4 };
 /* dtypes of reductions (MOE_DTYPE_FP32 / MOE_DTYPE_FP64 above, plus:) */
 enum { MOE_DTYPE_INT64 = 3 };
 
@@ -559,6 +617,16 @@ typedef struct moe_comm_hooks {
 MOE_API int32_t moe_comm_create_hooks(moe_context *ctx, const moe_comm_config *cfg, const moe_comm_hooks *hooks,
                                       moe_comm **out);
 
+/* (0.2) A comm that models an interconnect on top of `inner` (host comms: self, MPI, hooks): every
+ * exchange moves its bytes through inner at once, but completes only latency_us + bytes /
+ * (bandwidth_gb_per_s * 1e9) after it started, its bytes queued behind the transfers still on the
+ * link (one link per rank, first come first served; exchanges under 64 KiB, latency-bound, do not
+ * queue). A waiting caller sleeps instead of spinning. For measuring how much of a step's
+ * communication a schedule hides (bench/bench_merged) on a machine whose ranks talk through shared
+ * memory in microseconds. bytes = the larger of what this rank sends and receives. inner is retained;
+ * moe_comm_split of the result models a link of its own over inner's split. MOE_ERR_UNSUPPORTED for a
+ * device comm (NCCL). */
+MOE_API int32_t moe_comm_create_modeled(moe_comm *inner, double latency_us, double bandwidth_gb_per_s, moe_comm **out);
 /* Collective over comm: ranks with the same color form a new comm, ordered by (key, old rank).
  * color < 0: this rank joins no group and *out is set to NULL. Not available for hook comms. */
 MOE_API int32_t moe_comm_split(moe_comm *comm, int32_t color, int32_t key, moe_comm **out);
@@ -916,7 +984,8 @@ enum {
     MOE_STRUCT_PLAN_RESULT = 15,
     MOE_STRUCT_NONFINITE_REPORT = 16,
     MOE_STRUCT_STATE_ENTRY = 17,
-    MOE_STRUCT_CHECKPOINT_CONFIG = 18
+    MOE_STRUCT_CHECKPOINT_CONFIG = 18,
+    MOE_STRUCT_MERGED_STEP = 19
 };
 /* *size = the struct's size in this library (its sizeof); *min_size = its size in its first release, the
  * smallest struct_size the library accepts (docs/abi.md lists both). Either pointer may be NULL. A host
@@ -961,7 +1030,8 @@ enum {
     MOE_ENUM_STRUCT = 31,           /* MOE_STRUCT_* */
     MOE_ENUM_NONFINITE_KIND = 32,   /* MOE_NONFINITE_KIND_* */
     MOE_ENUM_STATE = 33,            /* MOE_STATE_* */
-    MOE_ENUM_CHECKPOINT = 34        /* MOE_CHECKPOINT_* (bits) */
+    MOE_ENUM_CHECKPOINT = 34,       /* MOE_CHECKPOINT_* (bits) */
+    MOE_ENUM_MERGED = 35            /* MOE_MERGED_* (bits) */
 };
 /* The name of a constant as this header spells it ("MOE_ACT_GELU", "MOE_PARAM_EXPERT_FC1"), a static
  * string; NULL when the family has no constant of that value (or the family is unknown). The counts

@@ -115,6 +115,24 @@ MOE_API int32_t moe_comm_create_hooks(moe_context *ctx, const moe_comm_config *c
     return moe_comm_hooks_create(ctx, timeout_ms, hooks, out);
 }
 
+MOE_API int32_t moe_comm_create_modeled(moe_comm *inner, double latency_us, double bandwidth_gb_per_s, moe_comm **out)
+{
+    const char *fn = "moe_comm_create_modeled";
+    if (!inner) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: inner is NULL", fn);
+    moe_context *ctx = inner->ctx;
+    if (!out) return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    if (!(latency_us >= 0 && latency_us <= 1e9))
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: latency_us = %g; expected a finite value in 0 .. 1e9", fn,
+                          latency_us);
+    if (!(bandwidth_gb_per_s > 0 && bandwidth_gb_per_s <= 1e6))
+        return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "%s: bandwidth_gb_per_s = %g; expected a finite value in "
+                          "(0, 1e6]", fn, bandwidth_gb_per_s);
+    if (moe_comm_wants_device_buffers(inner))
+        return moe_errorf(ctx, MOE_ERR_UNSUPPORTED, "%s: inner is a %s comm; the model wraps host comms (self, MPI, "
+                          "hooks, modeled), whose exchanges complete on the host", fn, moe_comm_kind_name(inner->kind));
+    return moe_comm_modeled_create(inner, latency_us, bandwidth_gb_per_s, out);
+}
+
 MOE_API int32_t moe_comm_split(moe_comm *comm, int32_t color, int32_t key, moe_comm **out)
 {
     const char *fn = "moe_comm_split";

@@ -81,7 +81,7 @@ int32_t moe_layer_apply_parallel(moe_context *ctx, const moe_parallel_config *pa
 static int32_t reduce_slot(moe_layer *L, moe_comm *c, int32_t slot, const moe_exec *ex)
 {
     if (!c || !L->slot[slot].present || !L->slot[slot].has_grad) return MOE_OK;
-    int32_t st = c->ops->all_reduce(c, L->grad[slot].p, L->slot[slot].numel, L->slot[slot].grad_dtype, ex);
+    int32_t st = moe_comm_all_reduce(c, L->grad[slot].p, L->slot[slot].numel, L->slot[slot].grad_dtype, ex);
     if (st) return moe_errorf(L->ctx, st, "moe_layer_reduce_grads: all-reduce of slot %d over %s comm failed: %s", slot,
                               c->ops->name, L->ctx->err.last_error);
     return MOE_OK;

@@ -12,6 +12,7 @@
 #include "core/layer.h"
 #include "core/tensor_io.h"
 #include "core/graph.h"
+#include "api/step_checks.h"
 
 MOE_API int32_t moe_step_config_init(moe_step_config *cfg, size_t struct_size)
 {
@@ -68,7 +69,7 @@ MOE_API void moe_step_destroy(moe_step *step)
     moe_teardown_end(&t);
 }
 
-static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
+int32_t moe_check_step_pair(moe_layer *layer, moe_step *step, const char *fn)
 {
     if (!layer) return moe_errorf(NULL, MOE_ERR_INVALID_ARGUMENT, "%s: layer is NULL", fn);
     if (!step) return moe_errorf(layer->ctx, MOE_ERR_INVALID_ARGUMENT, "%s: step is NULL", fn);
@@ -77,26 +78,32 @@ static int32_t check_pair(moe_layer *layer, moe_step *step, const char *fn)
     return MOE_OK;
 }
 
-MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream)
+int32_t moe_check_forward_args(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, const char *fn)
 {
-    int32_t st = check_pair(layer, step, "moe_layer_forward");
-    if (st) return st;
     moe_context *ctx = layer->ctx;
     if (step->state == MOE_STEP_STATE_DATA_GRAD)
-        return moe_errorf(ctx, MOE_ERR_STATE, "moe_layer_forward: step has a pending moe_layer_backward_weights; run it "
-                          "(or destroy the step) before reusing the step");
+        return moe_errorf(ctx, MOE_ERR_STATE, "%s: step has a pending moe_layer_backward_weights; run it "
+                          "(or destroy the step) before reusing the step", fn);
     int64_t xs[2] = {-1, layer->H};
-    st = moe_check_tensor(ctx, x, "x", 2, xs, layer->dtype);
-    if (st) return st;
+    TRY(moe_check_tensor(ctx, x, "x", 2, xs, layer->dtype));
     int64_t T = x->shape[0];
     int64_t ys[2] = {T, layer->H};
-    st = moe_check_tensor(ctx, y, "y", 2, ys, layer->dtype);
-    if (st) return st;
+    TRY(moe_check_tensor(ctx, y, "y", 2, ys, layer->dtype));
     if (T > ((int64_t)1 << 40) / layer->K)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens; at most 2^40 / top_k are supported", (long long)T);
     if (layer->cfg.aux_loss_type == MOE_AUX_SEQUENCE && T % layer->S != 0)
         return moe_errorf(ctx, MOE_ERR_INVALID_ARGUMENT, "x has %lld tokens, not a multiple of cfg.seq_length = %lld "
                           "(MOE_AUX_SEQUENCE)", (long long)T, (long long)layer->S);
+    return MOE_OK;
+}
+
+MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTensor *x, DLTensor *y, void *stream)
+{
+    int32_t st = moe_check_step_pair(layer, step, "moe_layer_forward");
+    if (st) return st;
+    moe_context *ctx = layer->ctx;
+    TRY(moe_check_forward_args(layer, step, x, y, "moe_layer_forward"));
+    const int64_t T = x->shape[0];
     MOE_ENTER(en, ex, ctx, stream, &layer->order);
     /* checked here, before the step's tape is touched: a rejected forward leaves the step as it was */
     if (layer->cfg.nonfinite_policy == MOE_NONFINITE_REJECT)
@@ -107,8 +114,8 @@ MOE_API int32_t moe_layer_forward(moe_layer *layer, moe_step *step, const DLTens
                             moe_layer_forward_run(layer, step, T, moe_tensor_data(x), moe_tensor_data(y), &ex));
 }
 
-static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn,
-                                   const moe_exec *ex)
+int32_t moe_check_backward_args(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, const char *fn,
+                                const moe_exec *ex)
 {
     moe_context *ctx = layer->ctx;
     if (step->mode == MOE_STEP_EVAL)
@@ -130,10 +137,10 @@ static int32_t check_backward_args(moe_layer *layer, moe_step *step, const DLTen
 
 MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
-    int32_t st = check_pair(layer, step, "moe_layer_backward_data");
+    int32_t st = moe_check_step_pair(layer, step, "moe_layer_backward_data");
     if (st) return st;
     MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
-    st = check_backward_args(layer, step, dy, dx, "moe_layer_backward_data", &ex);
+    st = moe_check_backward_args(layer, step, dy, dx, "moe_layer_backward_data", &ex);
     if (st) return st;
     const int32_t depth = layer->ctx->range_depth; /* before the call: argument order is unspecified */
     return moe_range_unwind(layer->ctx, depth,
@@ -142,7 +149,7 @@ MOE_API int32_t moe_layer_backward_data(moe_layer *layer, moe_step *step, const 
 
 MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, void *stream)
 {
-    int32_t st = check_pair(layer, step, "moe_layer_backward_weights");
+    int32_t st = moe_check_step_pair(layer, step, "moe_layer_backward_weights");
     if (st) return st;
     if (step->state != MOE_STEP_STATE_DATA_GRAD)
         return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
@@ -171,10 +178,10 @@ MOE_API int32_t moe_step_prefetch(moe_step *step, void *stream)
 
 MOE_API int32_t moe_layer_backward(moe_layer *layer, moe_step *step, const DLTensor *dy, DLTensor *dx, void *stream)
 {
-    int32_t st = check_pair(layer, step, "moe_layer_backward");
+    int32_t st = moe_check_step_pair(layer, step, "moe_layer_backward");
     if (st) return st;
     MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
-    st = check_backward_args(layer, step, dy, dx, "moe_layer_backward", &ex);
+    st = moe_check_backward_args(layer, step, dy, dx, "moe_layer_backward", &ex);
     if (st) return st;
     int32_t depth = layer->ctx->range_depth;
     st = moe_layer_backward_data_run(layer, step, moe_tensor_data(dy), moe_tensor_data(dx), &ex);
@@ -311,7 +318,7 @@ MOE_API int32_t moe_layer_update_expert_bias(moe_layer *layer, const DLTensor *c
         if (st) st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: copying the layer's counts failed");
         if (!st && layer->bias_comm) { /* own counts: summed over the bias group (TP x CP x DP) first */
             moe_comm *c = layer->bias_comm;
-            st = c->ops->all_reduce(c, n, E, MOE_DTYPE_INT64, &ex);
+            st = moe_comm_all_reduce(c, n, E, MOE_DTYPE_INT64, &ex);
             if (st)
                 st = moe_errorf(ctx, st, "moe_layer_update_expert_bias: count reduction over bias_comm failed: %s",
                                 ctx->err.last_error);

@@ -57,6 +57,7 @@ const moe_struct_desc moe_desc_plan_result = UNCHANGED(moe_plan_result, "0.2");
 const moe_struct_desc moe_desc_nonfinite_report = UNCHANGED(moe_nonfinite_report, "0.2");
 const moe_struct_desc moe_desc_state_entry = UNCHANGED(moe_state_entry, "0.2");
 const moe_struct_desc moe_desc_checkpoint_config = UNCHANGED(moe_checkpoint_config, "0.2");
+const moe_struct_desc moe_desc_merged_step = UNCHANGED(moe_merged_step, "0.2");
 
 /* ---------------------------------------------------------------- checks */
 int32_t moe_struct_check_size(moe_context *ctx, const moe_struct_desc *d, size_t size, const char *what)

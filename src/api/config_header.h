@@ -39,7 +39,7 @@ extern const moe_struct_desc moe_desc_context_config, moe_desc_allocator, moe_de
     moe_desc_memory_stats, moe_desc_layer_config, moe_desc_step_config, moe_desc_routing_stats, moe_desc_comm_config,
     moe_desc_comm_hooks, moe_desc_layout_config, moe_desc_parallel_config, moe_desc_dispatcher_config,
     moe_desc_plan_model, moe_desc_plan_parallel, moe_desc_plan_result, moe_desc_nonfinite_report,
-    moe_desc_state_entry, moe_desc_checkpoint_config;
+    moe_desc_state_entry, moe_desc_checkpoint_config, moe_desc_merged_step;
 
 /* Checks a struct_size against d's rules (see above; sizes above today's pass). `what` names the
  * field in the message ("moe_layer_config.struct_size", "stats->struct_size"). */

@@ -27,6 +27,7 @@ static const moe_struct_desc *const structs[] = {
     [MOE_STRUCT_NONFINITE_REPORT] = &moe_desc_nonfinite_report,
     [MOE_STRUCT_STATE_ENTRY] = &moe_desc_state_entry,
     [MOE_STRUCT_CHECKPOINT_CONFIG] = &moe_desc_checkpoint_config,
+    [MOE_STRUCT_MERGED_STEP] = &moe_desc_merged_step,
 };
 #define NUM_STRUCTS ((int32_t)(sizeof structs / sizeof structs[0]))
 

@@ -22,7 +22,7 @@ static const named family_names[] = {
     N(MOE_ENUM_STEP_FLAG),      N(MOE_ENUM_ROUTING),         N(MOE_ENUM_COMM),          N(MOE_ENUM_GROUP),
     N(MOE_ENUM_DISPATCHER),     N(MOE_ENUM_COMBINE),         N(MOE_ENUM_PLAN_ATTN),     N(MOE_ENUM_PLAN_RECOMPUTE),
     N(MOE_ENUM_PLAN_OFFLOAD),   N(MOE_ENUM_PLAN_CATEGORY),   N(MOE_ENUM_PLAN_COMM),     N(MOE_ENUM_STRUCT),
-    N(MOE_ENUM_NONFINITE_KIND), N(MOE_ENUM_STATE),           N(MOE_ENUM_CHECKPOINT),
+    N(MOE_ENUM_NONFINITE_KIND), N(MOE_ENUM_STATE),           N(MOE_ENUM_CHECKPOINT),    N(MOE_ENUM_MERGED),
 };
 static const named status_names[] = {
     N(MOE_OK),          N(MOE_ERR_INVALID_ARGUMENT), N(MOE_ERR_UNSUPPORTED), N(MOE_ERR_OUT_OF_MEMORY),
@@ -65,7 +65,8 @@ static const named step_flag_names[] = {N(MOE_STEP_EXPLICIT_AUX_SCALE)};
 static const named routing_names[] = {N(MOE_ROUTING_EXPERT_INDICES), N(MOE_ROUTING_PROBS),
                                       N(MOE_ROUTING_TOKENS_PER_EXPERT), N(MOE_ROUTING_KEPT_PER_EXPERT),
                                       N(MOE_ROUTING_DROPPED_MASK)};
-static const named comm_names[] = {N(MOE_COMM_SELF), N(MOE_COMM_MPI), N(MOE_COMM_NCCL), N(MOE_COMM_HOOKS)};
+static const named comm_names[] = {N(MOE_COMM_SELF), N(MOE_COMM_MPI), N(MOE_COMM_NCCL), N(MOE_COMM_HOOKS),
+                                   N(MOE_COMM_MODELED)};
 static const named group_names[] = {N(MOE_GROUP_TP),  N(MOE_GROUP_CP),    N(MOE_GROUP_DP),    N(MOE_GROUP_PP),
                                     N(MOE_GROUP_ETP), N(MOE_GROUP_EP),    N(MOE_GROUP_EDP),   N(MOE_GROUP_DP_CP),
                                     N(MOE_GROUP_TP_CP), N(MOE_GROUP_TP_CP_DP)};
@@ -85,12 +86,13 @@ static const named struct_names[] = {
     N(MOE_STRUCT_COMM_HOOKS),     N(MOE_STRUCT_LAYOUT_CONFIG),   N(MOE_STRUCT_PARALLEL_CONFIG),
     N(MOE_STRUCT_DISPATCHER_CONFIG), N(MOE_STRUCT_PLAN_MODEL),   N(MOE_STRUCT_PLAN_PARALLEL),
     N(MOE_STRUCT_PLAN_RESULT),    N(MOE_STRUCT_NONFINITE_REPORT), N(MOE_STRUCT_STATE_ENTRY),
-    N(MOE_STRUCT_CHECKPOINT_CONFIG),
+    N(MOE_STRUCT_CHECKPOINT_CONFIG), N(MOE_STRUCT_MERGED_STEP),
 };
 static const named state_names[] = {N(MOE_STATE_PARAM), N(MOE_STATE_GRAD), N(MOE_STATE_ACCUMULATOR),
                                     N(MOE_STATE_COMPANION)};
 static const named checkpoint_names[] = {N(MOE_CHECKPOINT_GRADS), N(MOE_CHECKPOINT_CAST),
                                          N(MOE_CHECKPOINT_RESET_ACCUMULATORS)};
+static const named merged_names[] = {N(MOE_MERGED_DEFER_WEIGHT_GRADS)};
 
 typedef struct family {
     const named *names;
@@ -133,6 +135,7 @@ static const family families[] = {
     [MOE_ENUM_NONFINITE_KIND] = F(nonfinite_kind_names),
     [MOE_ENUM_STATE] = F(state_names),
     [MOE_ENUM_CHECKPOINT] = F(checkpoint_names),
+    [MOE_ENUM_MERGED] = F(merged_names),
 };
 #define NUM_FAMILIES ((int32_t)(sizeof families / sizeof families[0]))
 

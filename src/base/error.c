@@ -10,6 +10,14 @@
 static moe_error_sink *sink_of(const moe_context *ctx) { return (moe_error_sink *)(void *)ctx; }
 
 static _Thread_local char tls_error[MOE_ERROR_CAP];
+static _Thread_local moe_error_sink *tls_redirect;
+
+moe_error_sink *moe_error_redirect(moe_error_sink *sink)
+{
+    moe_error_sink *old = tls_redirect;
+    tls_redirect = sink;
+    return old;
+}
 
 MOE_API const char *moe_status_name(int32_t status)
 {
@@ -51,6 +59,12 @@ MOE_API const char *moe_status_string(int32_t status)
     }
 }
 
+const char *moe_error_last(const moe_context *ctx)
+{
+    if (ctx && tls_redirect) return tls_redirect->last_error;
+    return ctx ? sink_of(ctx)->last_error : tls_error;
+}
+
 static size_t copy_out(const char *msg, char *buf, size_t cap)
 {
     size_t n = strlen(msg);
@@ -76,7 +90,7 @@ static void deliver(moe_error_sink *s, int32_t level, const char *msg)
 
 int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
 {
-    moe_error_sink *s = sink_of(ctx);
+    moe_error_sink *s = ctx && tls_redirect ? tls_redirect : sink_of(ctx);
     char *dst = s ? s->last_error : tls_error;
     /* formatted into a local buffer first: the arguments may include the previous message */
     char msg[MOE_ERROR_CAP];
@@ -94,7 +108,7 @@ int32_t moe_errorf(moe_context *ctx, int32_t status, const char *fmt, ...)
 
 void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
 {
-    moe_error_sink *s = sink_of(ctx);
+    moe_error_sink *s = ctx && tls_redirect ? tls_redirect : sink_of(ctx);
     if (!s || !s->has_logger || !s->logger.log || level > s->logger.max_level) return;
     char msg[MOE_ERROR_CAP];
     va_list ap;

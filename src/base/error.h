@@ -36,6 +36,13 @@ void moe_logf(moe_context *ctx, int32_t level, const char *fmt, ...)
 #endif
     ;
 
+/* Sends the calling thread's messages for any context to `sink` instead (NULL: back to the context's
+ * own); returns the previous redirect. The two halves of a merged step (runtime/lanes.h) keep their
+ * errors apart this way and the entry point reports the first. */
+moe_error_sink *moe_error_redirect(moe_error_sink *sink);
+/* The last message recorded for ctx on this thread (its redirect's, if any). */
+const char *moe_error_last(const moe_context *ctx);
+
 /* Early return on a non-OK status. */
 #define TRY(expr)                                                                                                    \
     do {                                                                                                             \

@@ -58,6 +58,7 @@ const char *moe_comm_kind_name(int32_t kind)
     case MOE_COMM_MPI: return "MPI";
     case MOE_COMM_NCCL: return "NCCL";
     case MOE_COMM_HOOKS: return "hooks";
+    case MOE_COMM_MODELED: return "modeled";
     default: return "unknown";
     }
 }

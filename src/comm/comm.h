@@ -60,6 +60,23 @@ struct moe_comm {
     void *impl;
 };
 
+/* The engine's calls of a comm (comm_call.c): everything outside src/comm calls these, never c->ops
+ * directly. Outside a merged step each is the c->ops call. Inside one (runtime/lanes.h) a lane issues
+ * nothing once the other lane has failed; a blocking all-to-all becomes start + wait; and every wait
+ * passes the turn to the other lane while the bytes are in flight. Arguments as in moe_comm_ops. */
+int32_t moe_comm_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
+                              void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex);
+int32_t moe_comm_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,
+                                    const int64_t *send_offsets, void *recv, const int64_t *recv_bytes,
+                                    const int64_t *recv_offsets, moe_comm_request **req, const moe_exec *ex);
+int32_t moe_comm_wait(moe_comm *c, moe_comm_request *req);
+int32_t moe_comm_test(moe_comm *c, moe_comm_request *req, int32_t *done);
+int32_t moe_comm_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,
+                              const int64_t *recv_offsets, const moe_exec *ex);
+int32_t moe_comm_all_reduce(moe_comm *c, void *buf, int64_t count, int32_t dtype, const moe_exec *ex);
+int32_t moe_comm_reduce_scatter(moe_comm *c, const void *send, void *recv, const int64_t *recv_counts, int32_t dtype,
+                                const moe_exec *ex);
+
 /* Collectives whose buffers are HOST memory (counts, metadata): direct on host comms, staged through
  * device memory of the comm's context on device comms (comm_host_buffers.c). */
 int moe_comm_wants_device_buffers(const moe_comm *c);

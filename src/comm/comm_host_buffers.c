@@ -44,7 +44,7 @@ typedef struct a2a_args {
 static int32_t a2a_dev(moe_comm *c, const void *dsend, void *drecv, void *arg, const moe_exec *ex)
 {
     a2a_args *a = arg;
-    return c->ops->all_to_all_v(c, dsend, a->sb, a->so, drecv, a->rb, a->ro, ex);
+    return moe_comm_all_to_all_v(c, dsend, a->sb, a->so, drecv, a->rb, a->ro, ex);
 }
 
 int32_t moe_comm_all_to_all_v_host(moe_comm *c, const void *send, const int64_t *send_bytes,
@@ -52,7 +52,7 @@ int32_t moe_comm_all_to_all_v_host(moe_comm *c, const void *send, const int64_t 
                                    const int64_t *recv_offsets, const moe_exec *ex)
 {
     if (!moe_comm_wants_device_buffers(c))
-        return c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, ex);
+        return moe_comm_all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, ex);
     a2a_args a = {send_bytes, send_offsets, recv_bytes, recv_offsets};
     return staged(c, send, extent(c->size, send_bytes, send_offsets), recv,
                   extent(c->size, recv_bytes, recv_offsets), a2a_dev, &a, ex);
@@ -66,14 +66,14 @@ typedef struct ag_args {
 static int32_t ag_dev(moe_comm *c, const void *dsend, void *drecv, void *arg, const moe_exec *ex)
 {
     ag_args *a = arg;
-    return c->ops->all_gather_v(c, dsend, a->sbytes, drecv, a->rb, a->ro, ex);
+    return moe_comm_all_gather_v(c, dsend, a->sbytes, drecv, a->rb, a->ro, ex);
 }
 
 int32_t moe_comm_all_gather_v_host(moe_comm *c, const void *send, int64_t send_bytes, void *recv,
                                    const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
     if (!moe_comm_wants_device_buffers(c))
-        return c->ops->all_gather_v(c, send, send_bytes, recv, recv_bytes, recv_offsets, ex);
+        return moe_comm_all_gather_v(c, send, send_bytes, recv, recv_bytes, recv_offsets, ex);
     ag_args a = {send_bytes, recv_bytes, recv_offsets};
     return staged(c, send, send_bytes, recv, extent(c->size, recv_bytes, recv_offsets), ag_dev, &a, ex);
 }

@@ -66,6 +66,8 @@ int32_t moe_comm_self_create(moe_context *ctx, int32_t timeout_ms, moe_comm **ou
 /* Copies the table; release(user_data) is called exactly once when the comm is destroyed (not when
  * this call fails). */
 int32_t moe_comm_hooks_create(moe_context *ctx, int32_t timeout_ms, const moe_comm_hooks *hooks, moe_comm **out);
+/* inner: a host comm (checked by the caller); latency_us >= 0, bandwidth_gb_per_s > 0. Retains inner. */
+int32_t moe_comm_modeled_create(moe_comm *inner, double latency_us, double bandwidth_gb_per_s, moe_comm **out);
 #ifdef MOE_HAVE_MPI
 /* host_comm points to an MPI_Comm (NULL = MPI_COMM_WORLD). */
 int32_t moe_comm_mpi_create(moe_context *ctx, int32_t timeout_ms, const void *host_comm, moe_comm **out);

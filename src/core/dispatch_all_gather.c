@@ -57,7 +57,7 @@ static int32_t comm_failed(moe_layer *L, int32_t st, const char *what, const moe
 {
     /* the comm recorded its message on the context; keep it and say which step failed */
     char prev[MOE_ERROR_CAP];
-    snprintf(prev, sizeof prev, "%s", L->ctx->err.last_error);
+    snprintf(prev, sizeof prev, "%s", moe_error_last(L->ctx));
     return moe_errorf(L->ctx, st, "all-gather dispatcher: %s over %s comm failed: %s", what, c->ops->name, prev);
 }
 
@@ -127,7 +127,7 @@ static int32_t gather2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m,
         for (int64_t p = 0; p < P; p++) m->cnt[p] = m->src[q_me * P + p];
         prefix(P, m->cnt, m->off);
         int32_t st = host ? moe_comm_all_gather_v_host(ep, send, blk_bytes, dst, m->cnt, m->off, e)
-                          : ep->ops->all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off, e);
+                          : moe_comm_all_gather_v(ep, send, blk_bytes, dst, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, ep);
         blk = dst;
         blk_bytes = total;
@@ -136,7 +136,7 @@ static int32_t gather2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m,
         for (int64_t q = 0; q < Q; q++) m->cnt[q] = block_sum(L, m->src, q);
         prefix(Q, m->cnt, m->off);
         int32_t st = host ? moe_comm_all_gather_v_host(etp, blk, blk_bytes, out, m->cnt, m->off, e)
-                          : etp->ops->all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off, e);
+                          : moe_comm_all_gather_v(etp, blk, blk_bytes, out, m->cnt, m->off, e);
         if (st) return comm_failed(L, st, what, etp);
     } else if (!ep && blk_bytes > 0) { /* a group of one */
         if (host) {
@@ -166,13 +166,13 @@ static int32_t scatter2(moe_layer *L, moe_step *s, const moe_exec *e, ag_meta *m
             dst = s->tape.dbuf[AG_STAGE].p;
         }
         for (int64_t q = 0; q < Q; q++) m->cnt[q] = block_sum(L, m->src, q);
-        int32_t st = etp->ops->reduce_scatter(etp, full, dst, m->cnt, dt, e);
+        int32_t st = moe_comm_reduce_scatter(etp, full, dst, m->cnt, dt, e);
         if (st) return comm_failed(L, st, what, etp);
         blk = dst;
     }
     if (ep) {
         for (int64_t p = 0; p < P; p++) m->cnt[p] = m->src[q_me * P + p];
-        int32_t st = ep->ops->reduce_scatter(ep, blk, out, m->cnt, dt, e);
+        int32_t st = moe_comm_reduce_scatter(ep, blk, out, m->cnt, dt, e);
         if (st) return comm_failed(L, st, what, ep);
     } else if (!etp) {
         int64_t n = m->src[q_me * P + L->ep_rank];

@@ -141,7 +141,7 @@ static int32_t ep_exchange(moe_layer *L, const moe_exec *e, a2a_view *v, const v
     TRY(blocks(L, v->P, rrows, rb, v->rb, v->ro));
     if (skip_self) v->sb[L->ep_rank] = v->rb[L->ep_rank] = 0;
     moe_comm *c = L->ep_comm;
-    return c->ops->all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro, e);
+    return moe_comm_all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro, e);
 }
 
 /* Adds a received count to a running total; rejects negative counts and overflow. */
@@ -312,7 +312,7 @@ static int32_t fwd_path(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *
     OP(rows_gather_split, e, N, tp->dbuf[PERM_A].p, epr, NULL, grp, (size_t)rb, NULL, 0);
     TRY(blocks(L, v->Q, v->nq, rb, v->rb, v->ro));
     moe_comm *c = L->etp_comm;
-    TRY(c->ops->all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro, e));
+    TRY(moe_comm_all_gather_v(c, grp, v->rb[v->me_q], tp->dbuf[STAGE1].p, v->rb, v->ro, e));
     OP(rows_gather_split, e, Rx, tp->dbuf[PERM_B].p, tp->dbuf[STAGE1].p, NULL, out_a, ab, out_b, bb);
     return MOE_OK;
 }
@@ -341,7 +341,7 @@ static int32_t rev_path(moe_layer *L, moe_step *s, const moe_exec *e, a2a_view *
         OP(rows_scatter_join, e, Rx, tp->dbuf[PERM_B].p, tp->dbuf[STAGE1].p, NULL, a, ab, b, bb);
         for (int32_t q = 0; q < v->Q; q++) TRY(mul_bytes(L, v->nq[q], W, &v->rb[q])); /* elements */
         moe_comm *c = L->etp_comm;
-        TRY(c->ops->reduce_scatter(c, tp->dbuf[STAGE1].p, tp->dbuf[STAGE2].p, v->rb, L->ops->dtype, e));
+        TRY(moe_comm_reduce_scatter(c, tp->dbuf[STAGE1].p, tp->dbuf[STAGE2].p, v->rb, L->ops->dtype, e));
         OP(rows_scatter_join, e, N, tp->dbuf[PERM_A].p, epr, NULL, tp->dbuf[STAGE2].p, (size_t)rb, NULL, 0);
     }
     if (v->P > 1) TRY(ep_exchange(L, e, v, epr, v->rr, out, v->sc, rb, own));

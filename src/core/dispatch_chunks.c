@@ -309,7 +309,7 @@ int32_t moe_chunk_fwd_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
     moe_comm *cm = L->ep_comm;
     m.pipe[PIPE_FWD_C] = c;
     m.pipe[PIPE_FWD_W] = W;
-    return cm->ops->all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd, fl->e);
+    return moe_comm_all_to_all_v_start(cm, send, m.sb, m.so, recv, m.rb, m.ro, &fl->fwd, fl->e);
 }
 
 /* Waits for the EP exchange *rq (if any; cleared first, so that a failure leaves nothing to drain). */
@@ -320,7 +320,7 @@ static int32_t ep_wait(moe_layer *L, moe_comm_request **rq)
     *rq = NULL;
     moe_comm *cm = L->ep_comm;
     moe_range_push(L->ctx, "moe.chunked.wait"); /* the exchange time compute did not cover */
-    int32_t st = cm->ops->wait(cm, r);
+    int32_t st = moe_comm_wait(cm, r);
     moe_range_pop(L->ctx);
     return st;
 }
@@ -361,7 +361,7 @@ static int32_t etp_gather(moe_layer *L, moe_step *s, const moe_chunks *ck, int32
     meta_of(L, s, &m);
     etp_blocks(ck, &m, c, W * (int64_t)L->ops->elem_size);
     moe_comm *cm = L->etp_comm;
-    return cm->ops->all_gather_v(cm, fwd_rows(L, s, ck, c, W), m.rb[ck->me_q], gath_slice(L, s, ck, c), m.rb, m.ro, e);
+    return moe_comm_all_gather_v(cm, fwd_rows(L, s, ck, c, W), m.rb[ck->me_q], gath_slice(L, s, ck, c), m.rb, m.ro, e);
 }
 
 int32_t moe_chunk_fwd_finish(moe_layer *L, moe_step *s, const moe_chunks *ck, int32_t c, int64_t W,
@@ -419,7 +419,7 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
         OP(rows_gather_join, fl->e, n, ck->em + x0, a, ab, b, bb, g);
         etp_blocks(ck, &m, c, W); /* elements */
         moe_comm *cm = L->etp_comm;
-        TRY(cm->ops->reduce_scatter(cm, g, back, m.rb, L->ops->dtype, fl->e));
+        TRY(moe_comm_reduce_scatter(cm, g, back, m.rb, L->ops->dtype, fl->e));
     } else {
         OP(rows_gather_join, fl->e, n, ck->em + x0, a, ab, b, bb, back);
     }
@@ -437,7 +437,7 @@ int32_t moe_chunk_rev_start(moe_layer *L, moe_step *s, const moe_chunks *ck, int
         m.ro[q] = r0 * (int64_t)rb;
     }
     moe_comm *cm = L->ep_comm;
-    return cm->ops->all_to_all_v_start(cm, back, m.sb, m.so, ret, m.rb, m.ro, &fl->rev, fl->e);
+    return moe_comm_all_to_all_v_start(cm, back, m.sb, m.so, ret, m.rb, m.ro, &fl->rev, fl->e);
 }
 
 int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl)
@@ -447,7 +447,7 @@ int32_t moe_chunk_rev_finish(moe_layer *L, moe_chunk_flight *fl)
     fl->rev = NULL;
     moe_comm *cm = L->ep_comm;
     moe_range_push(L->ctx, "moe.chunked.wait");
-    int32_t st = cm->ops->wait(cm, rq);
+    int32_t st = moe_comm_wait(cm, rq);
     moe_range_pop(L->ctx);
     return st;
 }
@@ -467,7 +467,7 @@ int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl)
     moe_range_push(L->ctx, "moe.chunked.test"); /* exchange work done between GEMMs (it runs on this core) */
     for (int i = 0; i < 2 && !st; i++) {
         int32_t done = 0;
-        if (rq[i]) st = cm->ops->test(cm, rq[i], &done); /* done or not, wait still completes and frees it */
+        if (rq[i]) st = moe_comm_test(cm, rq[i], &done); /* done or not, wait still completes and frees it */
     }
     moe_range_pop(L->ctx);
     return st;
@@ -476,7 +476,7 @@ int32_t moe_chunk_progress(moe_layer *L, moe_chunk_flight *fl)
 void moe_chunk_drain(moe_layer *L, moe_chunk_flight *fl)
 {
     moe_comm *cm = L->ep_comm;
-    if (fl->fwd) (void)cm->ops->wait(cm, fl->fwd);
-    if (fl->rev) (void)cm->ops->wait(cm, fl->rev);
+    if (fl->fwd) (void)moe_comm_wait(cm, fl->fwd);
+    if (fl->rev) (void)moe_comm_wait(cm, fl->rev);
     fl->fwd = fl->rev = NULL;
 }

@@ -21,9 +21,9 @@ static int32_t reduce_aux_counts(moe_layer *L, moe_step *step, const moe_exec *e
 {
     if (!L->aux_comm || L->cfg.aux_loss_type == MOE_AUX_SEQUENCE) return MOE_OK;
     moe_comm *c = L->aux_comm;
-    int32_t st = c->ops->all_reduce(c, step->tape.aux_counts.p, L->E, MOE_DTYPE_INT64, e);
-    if (!st) st = c->ops->all_reduce(c, step->tape.ntok.p, 1, MOE_DTYPE_INT64, e);
-    if (st) return moe_errorf(L->ctx, st, "aux-loss count reduction over aux_comm failed: %s", L->ctx->err.last_error);
+    int32_t st = moe_comm_all_reduce(c, step->tape.aux_counts.p, L->E, MOE_DTYPE_INT64, e);
+    if (!st) st = moe_comm_all_reduce(c, step->tape.ntok.p, 1, MOE_DTYPE_INT64, e);
+    if (st) return moe_errorf(L->ctx, st, "aux-loss count reduction over aux_comm failed: %s", moe_error_last(L->ctx));
     return MOE_OK;
 }
 

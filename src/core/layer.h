@@ -59,6 +59,7 @@ struct moe_layer {
     int32_t expert_first; /* global index of the first local expert */
     int64_t F_local, F1_local; /* this ETP shard of F (F1_local = 2 F_local gated) */
     int32_t num_chunks;   /* overlap chunks of the all-to-all dispatcher (1 = none) */
+    struct moe_merged_worker *merged; /* the forward half's thread of merged steps (core/merged.c); NULL until used */
     struct moe_graph_cache *graphs; /* captured calls (core/graph.c); NULL until the first capture */
     moe_slot_info slot[MOE_PARAM_NUM_SLOTS];
     moe_buf param[MOE_PARAM_NUM_SLOTS];
@@ -225,6 +226,26 @@ int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, cons
 int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, const moe_exec *e);
 int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, const moe_exec *e);
 void moe_step_free_tape(moe_step *step);
+
+/* The merged step (core/merged.c, moe_layer_forward_backward): the weight gradients of `wgrad`, the
+ * forward of `fwd` and the backward of `bwd` (each NULL for none; weights of bwd unless defer), with
+ * the forward and the backward on two lanes (runtime/lanes.h) when the layer exchanges anything. */
+typedef struct moe_merged_parts {
+    moe_step *wgrad;
+    moe_step *fwd;
+    int64_t T;
+    const void *x;
+    void *y;
+    moe_step *bwd;
+    const void *dy;
+    void *dx;
+    int32_t defer;
+} moe_merged_parts;
+int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_exec *e);
+/* Counters of the layer's last merged step (tests): turns handed over at waits, fillers run in waits. */
+void moe_layer_merged_counters(const moe_layer *L, int64_t *handovers, int64_t *fillers);
+/* Stops and frees the layer's merged-step thread (layer teardown). */
+void moe_merged_worker_free(moe_layer *L);
 /* Recounts what the step holds (after its buffers changed) and updates its peaks. */
 void moe_step_note_memory(moe_step *step);
 /* Reserves a tape buffer of n elements of es bytes (overflow-checked), charged to ACTIVATIONS. A

@@ -11,6 +11,7 @@ void moe_layer_release_ref(moe_layer *L)
 {
     if (atomic_fetch_sub(&L->refs, 1) != 1) return;
     moe_context *ctx = L->ctx;
+    moe_merged_worker_free(L);
     moe_call_order_release(ctx, &L->order);
     moe_graph_cache_free(L);
     moe_layer_free_params(L);

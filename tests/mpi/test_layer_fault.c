@@ -16,6 +16,8 @@
  *   - under fail and stall the faulty rank's call does fail;
  *   - nothing crashes (the mpi CI stage runs this under ASan + UBSan);
  * and that the run after the walk (no fault) succeeds on every rank.
+ * With --merged the step is forward(1), a merged call {forward 2, backward 1}, backward(2): the same
+ * checks hold for the merged step's two lanes (one lane's failure stops the other's collectives).
  * Rank 0 prints one line per walk and "fault verdict: PASS|FAIL" (run_fault.sh reads it); ranks leave
  * with _exit, because MPI requests abandoned at a timeout would make MPI_Finalize wait.
  */
@@ -38,6 +40,7 @@ static const char *mode_name[] = {"fail", "stall", "garbage"};
 
 static int g_rank, g_size;
 static moe_context *g_ctx;
+static int g_merged; /* --merged: the step's forward and backward run in a merged call */
 
 static double now_s(void)
 {
@@ -170,15 +173,29 @@ static int32_t step(moe_comm *world, int dispatcher)
     par.ep_comm = par.aux_comm = par.dp_comm = world;
     par.dispatcher = dispatcher;
     moe_layer *layer = NULL;
-    moe_step *s = NULL;
+    moe_step *s = NULL, *s2 = NULL;
     int64_t shape[2] = {T_LOCAL, H};
     DLTensor x, y, dy, dx;
     view(&x, g_x, shape), view(&y, g_y, shape), view(&dy, g_dy, shape), view(&dx, g_dx, shape);
     int32_t st = moe_layer_create_parallel(g_ctx, &cfg, &par, &layer);
     if (!st) st = moe_step_create(layer, NULL, &s);
+    if (!st && g_merged) st = moe_step_create(layer, NULL, &s2);
     if (!st) st = moe_layer_forward(layer, s, &x, &y, NULL);
-    if (!st) st = moe_layer_backward(layer, s, &dy, &dx, NULL);
+    if (!st && g_merged) { /* forward of a second micro-batch merged with the first's backward */
+        static float y2[T_LOCAL * H];
+        DLTensor ty2;
+        view(&ty2, y2, shape);
+        moe_merged_step a;
+        moe_merged_step_init(&a, sizeof a);
+        a.forward_step = s2, a.x = &x, a.y = &ty2;
+        a.backward_step = s, a.dy = &dy, a.dx = &dx;
+        st = moe_layer_forward_backward(layer, &a, NULL);
+        if (!st) st = moe_layer_backward(layer, s2, &dy, &dx, NULL);
+    } else if (!st) {
+        st = moe_layer_backward(layer, s, &dy, &dx, NULL);
+    }
     if (!st) st = moe_layer_reduce_grads(layer, NULL);
+    moe_step_destroy(s2);
     moe_step_destroy(s);
     moe_layer_destroy(layer);
     return st;
@@ -234,6 +251,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     setvbuf(stdout, NULL, _IOLBF, 0);
+    g_merged = argc > 1 && strcmp(argv[1], "--merged") == 0;
     moe_context_config ccfg;
     moe_context_config_init(&ccfg, sizeof ccfg);
     ccfg.num_threads = 1;

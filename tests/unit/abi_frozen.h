@@ -357,4 +357,19 @@ typedef struct moe02_checkpoint_config {
     int32_t reserved0;
 } moe02_checkpoint_config;
 
+typedef struct moe02_merged_step {
+    uint32_t struct_size;
+    uint32_t api_version;
+    const void *next;
+    void *forward_step;
+    const void *x;
+    void *y;
+    void *backward_step;
+    const void *dy;
+    void *dx;
+    void *weights_step;
+    int32_t flags;
+    int32_t reserved0;
+} moe02_merged_step;
+
 #endif /* MOE_TEST_ABI_FROZEN_H */

@@ -249,6 +249,13 @@ START_TEST(frozen_layouts_are_prefixes_of_today)
     SAME(moe02_checkpoint_config, moe_checkpoint_config, name); SAME(moe02_checkpoint_config, moe_checkpoint_config, comm);
     SAME(moe02_checkpoint_config, moe_checkpoint_config, flags);
     SAME(moe02_checkpoint_config, moe_checkpoint_config, reserved0);
+    GROWS(moe02_merged_step, moe_merged_step);
+    SAME(moe02_merged_step, moe_merged_step, struct_size); SAME(moe02_merged_step, moe_merged_step, api_version);
+    SAME(moe02_merged_step, moe_merged_step, next); SAME(moe02_merged_step, moe_merged_step, forward_step);
+    SAME(moe02_merged_step, moe_merged_step, x); SAME(moe02_merged_step, moe_merged_step, y);
+    SAME(moe02_merged_step, moe_merged_step, backward_step); SAME(moe02_merged_step, moe_merged_step, dy);
+    SAME(moe02_merged_step, moe_merged_step, dx); SAME(moe02_merged_step, moe_merged_step, weights_step);
+    SAME(moe02_merged_step, moe_merged_step, flags); SAME(moe02_merged_step, moe_merged_step, reserved0);
 }
 END_TEST
 
@@ -271,6 +278,7 @@ WRAP(moe_dispatcher_config_init, moe_dispatcher_config)
 WRAP(moe_plan_model_init, moe_plan_model)
 WRAP(moe_plan_parallel_init, moe_plan_parallel)
 WRAP(moe_checkpoint_config_init, moe_checkpoint_config)
+WRAP(moe_merged_step_init, moe_merged_step)
 #define INIT(fn, T, FIRST) {#fn, w_##fn, sizeof(FIRST), sizeof(T)}
 static const init_case inits[] = {
     INIT(moe_context_config_init, moe_context_config, moe01_context_config),
@@ -283,6 +291,7 @@ static const init_case inits[] = {
     INIT(moe_plan_model_init, moe_plan_model, moe02_plan_model),
     INIT(moe_plan_parallel_init, moe_plan_parallel, moe02_plan_parallel),
     INIT(moe_checkpoint_config_init, moe_checkpoint_config, moe02_checkpoint_config),
+    INIT(moe_merged_step_init, moe_merged_step, moe02_merged_step),
 };
 
 static void init_writes_exactly(const init_case *c, size_t n)

@@ -54,6 +54,7 @@ START_TEST(struct_sizes)
         {MOE_STRUCT_NONFINITE_REPORT, sizeof(moe_nonfinite_report), sizeof(moe02_nonfinite_report)},
         {MOE_STRUCT_STATE_ENTRY, sizeof(moe_state_entry), sizeof(moe02_state_entry)},
         {MOE_STRUCT_CHECKPOINT_CONFIG, sizeof(moe_checkpoint_config), sizeof(moe02_checkpoint_config)},
+        {MOE_STRUCT_MERGED_STEP, sizeof(moe_merged_step), sizeof(moe02_merged_step)},
     };
     const int n = (int)(sizeof want / sizeof want[0]);
     for (int i = 0; i < n; i++) {
@@ -144,7 +145,8 @@ static const known constants[] = {
     K_(STRUCT, MOE_STRUCT_COMM_HOOKS), K_(STRUCT, MOE_STRUCT_LAYOUT_CONFIG), K_(STRUCT, MOE_STRUCT_PARALLEL_CONFIG),
     K_(STRUCT, MOE_STRUCT_DISPATCHER_CONFIG), K_(STRUCT, MOE_STRUCT_PLAN_MODEL), K_(STRUCT, MOE_STRUCT_PLAN_PARALLEL),
     K_(STRUCT, MOE_STRUCT_PLAN_RESULT), K_(STRUCT, MOE_STRUCT_NONFINITE_REPORT), K_(STRUCT, MOE_STRUCT_STATE_ENTRY),
-    K_(STRUCT, MOE_STRUCT_CHECKPOINT_CONFIG),
+    K_(STRUCT, MOE_STRUCT_CHECKPOINT_CONFIG), K_(STRUCT, MOE_STRUCT_MERGED_STEP),
+    K_(MERGED, MOE_MERGED_DEFER_WEIGHT_GRADS), K_(FAMILY, MOE_ENUM_MERGED), K_(COMM, MOE_COMM_MODELED),
     K_(STATE, MOE_STATE_PARAM), K_(STATE, MOE_STATE_GRAD), K_(STATE, MOE_STATE_ACCUMULATOR),
     K_(STATE, MOE_STATE_COMPANION), K_(CHECKPOINT, MOE_CHECKPOINT_GRADS), K_(CHECKPOINT, MOE_CHECKPOINT_CAST),
     K_(CHECKPOINT, MOE_CHECKPOINT_RESET_ACCUMULATORS), K_(FAMILY, MOE_ENUM_STATE), K_(FAMILY, MOE_ENUM_CHECKPOINT),
@@ -189,11 +191,11 @@ START_TEST(names_and_values_both_ways)
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_FEATURE, MOE_FEATURE_CPU | MOE_FEATURE_CUDA));
     ck_assert_ptr_null(moe_enum_name(MOE_ENUM_ACTIVATION, -1));
     ck_assert_ptr_null(moe_enum_name(-1, 0));
-    ck_assert_ptr_null(moe_enum_name(MOE_ENUM_CHECKPOINT + 1, 0));
+    ck_assert_ptr_null(moe_enum_name(MOE_ENUM_MERGED + 1, 0));
     /* the families list themselves, densely from 0 */
     int32_t nfam = 0;
     while (moe_enum_name(MOE_ENUM_FAMILY, nfam)) nfam++;
-    ck_assert_int_eq(nfam, MOE_ENUM_CHECKPOINT + 1);
+    ck_assert_int_eq(nfam, MOE_ENUM_MERGED + 1);
     for (int32_t f = 0; f < nfam; f++) { /* and each has constants */
         int n = 0;
         for (int i = 0; i < NUM_KNOWN; i++) n += constants[i].family == f;
