@@ -20,6 +20,8 @@ const (
 	CommKindMPI   CommKind = C.MOE_COMM_MPI
 	CommKindNCCL  CommKind = C.MOE_COMM_NCCL
 	CommKindHooks CommKind = C.MOE_COMM_HOOKS
+	// CommKindModeled is a modeled interconnect over a host comm (NewModeledComm).
+	CommKindModeled CommKind = C.MOE_COMM_MODELED
 )
 
 // CommConfig mirrors moe_comm_config; zero means the default.
@@ -154,6 +156,22 @@ func NewHooksComm(ctx *Context, cfg *CommConfig, hooks CommHooks) (*Comm, error)
 	return newComm(ctx.g, ptr), nil
 }
 
+// NewModeledComm creates a comm that models an interconnect on top of inner, a host comm (self, MPI,
+// hooks, or another modeled one; moe_comm_create_modeled): every exchange moves its bytes through
+// inner at once but completes only latencyUS microseconds plus bytes / (bandwidthGBps * 1e9) seconds
+// after it started, queued behind the transfers still on the rank's link. For measuring how much
+// communication a schedule (Layer.ForwardBackward) hides. The new comm retains inner, so inner may
+// be closed first; its kind is CommKindModeled, and its Split models the same link over inner's.
+func NewModeledComm(inner *Comm, latencyUS, bandwidthGBps float64) (*Comm, error) {
+	var ptr *C.moe_comm
+	if err := inner.call(func(p *C.moe_comm) C.int32_t {
+		return C.moe_comm_create_modeled(p, C.double(latencyUS), C.double(bandwidthGBps), &ptr)
+	}); err != nil {
+		return nil, err
+	}
+	return newComm(inner.g, ptr), nil
+}
+
 // Close drops this handle's reference (idempotent).
 func (c *Comm) Close() error {
 	if c == nil {
@@ -225,6 +243,8 @@ func (k CommKind) String() string {
 		return "nccl"
 	case CommKindHooks:
 		return "hooks"
+	case CommKindModeled:
+		return "modeled"
 	}
 	return fmt.Sprintf("CommKind(%d)", int32(k))
 }

@@ -31,6 +31,7 @@ const (
 	StructNonfiniteReport  StructKind = C.MOE_STRUCT_NONFINITE_REPORT
 	StructStateEntry       StructKind = C.MOE_STRUCT_STATE_ENTRY
 	StructCheckpointConfig StructKind = C.MOE_STRUCT_CHECKPOINT_CONFIG
+	StructMergedStep       StructKind = C.MOE_STRUCT_MERGED_STEP
 )
 
 // headerSizes are the sizes this package was compiled with (the abi/moe.h cgo read).
@@ -54,6 +55,7 @@ var headerSizes = map[StructKind]int{
 	StructNonfiniteReport:  C.sizeof_moe_nonfinite_report,
 	StructStateEntry:       C.sizeof_moe_state_entry,
 	StructCheckpointConfig: C.sizeof_moe_checkpoint_config,
+	StructMergedStep:       C.sizeof_moe_merged_step,
 }
 
 // HeaderStructSize is the size of kind in the header this package was compiled against (0 for a
@@ -110,6 +112,7 @@ const (
 	EnumNonfiniteKind  EnumFamily = C.MOE_ENUM_NONFINITE_KIND
 	EnumState          EnumFamily = C.MOE_ENUM_STATE
 	EnumCheckpoint     EnumFamily = C.MOE_ENUM_CHECKPOINT
+	EnumMerged         EnumFamily = C.MOE_ENUM_MERGED
 )
 
 // EnumName is the name of the constant value in family as abi/moe.h spells it (moe_enum_name), e.g.

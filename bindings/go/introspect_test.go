@@ -9,7 +9,7 @@ import (
 // The library's struct sizes equal the ones this package was compiled with, and the names of the
 // constants map both ways.
 func TestStructSizes(t *testing.T) {
-	for kind := StructContextConfig; kind <= StructCheckpointConfig; kind++ {
+	for kind := StructContextConfig; kind <= StructMergedStep; kind++ {
 		size, minSize, err := StructSize(kind)
 		mustOK(t, "StructSize", err)
 		name, ok := EnumName(EnumStruct, int64(kind))
@@ -23,7 +23,7 @@ func TestStructSizes(t *testing.T) {
 	if _, min, _ := StructSize(StructLayerConfig); min != 136 { // the 0.1 layout
 		t.Fatalf("moe_layer_config min size %d, want 136", min)
 	}
-	_, _, err := StructSize(StructCheckpointConfig + 1)
+	_, _, err := StructSize(StructMergedStep + 1)
 	if !errors.Is(err, StatusInvalidArgument) || !strings.Contains(err.Error(), "kind") {
 		t.Fatalf("unknown kind: %v", err)
 	}
@@ -52,8 +52,14 @@ func TestEnumNames(t *testing.T) {
 			break
 		}
 	}
-	if n != int(EnumCheckpoint)+1 {
-		t.Fatalf("%d families, want %d", n, EnumCheckpoint+1)
+	if n != int(EnumMerged)+1 {
+		t.Fatalf("%d families, want %d", n, EnumMerged+1)
+	}
+	if got, _ := EnumName(EnumMerged, 1); got != "MOE_MERGED_DEFER_WEIGHT_GRADS" {
+		t.Fatalf("merged flag name %q", got)
+	}
+	if got, _ := EnumName(EnumComm, int64(CommKindModeled)); got != "MOE_COMM_MODELED" {
+		t.Fatalf("modeled comm kind name %q", got)
 	}
 	_, err := EnumValue(EnumActivation, "MOE_SCORE_SIGMOID")
 	if !errors.Is(err, StatusInvalidArgument) || !strings.Contains(err.Error(), "MOE_SCORE_SIGMOID") {

@@ -34,6 +34,11 @@ int32_t gomoe_layer_backward(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd,
 int32_t gomoe_layer_backward_data(moe_layer *l, moe_step *s, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd,
                                   uintptr_t stream);
 int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream);
+/* moe_layer_forward_backward: the moe_merged_step is filled here, in C memory, from the parts (a NULL
+ * step leaves its part out, a NULL tensor is an absent one). */
+int32_t gomoe_layer_forward_backward(moe_layer *l, moe_step *fs, DLTensor *x, void *xd, DLTensor *y, void *yd,
+                                     moe_step *bs, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd, moe_step *ws,
+                                     int32_t flags, uintptr_t stream);
 int32_t gomoe_step_prefetch(moe_step *s, uintptr_t stream);
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream);
 int32_t gomoe_layer_check_gradients(const moe_layer *l, moe_nonfinite_report *out, uintptr_t stream);

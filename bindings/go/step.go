@@ -81,6 +81,13 @@ func (s *Step) handle() *C.moe_step {
 	return s.ptr
 }
 
+// closed reports whether s was closed (read under its context's lock).
+func (s *Step) closed() bool {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	return s.ptr == nil
+}
+
 func (s *Step) call(f func(*C.moe_step) C.int32_t) error {
 	if s == nil {
 		return goError(StatusInvalidArgument, "moe.Step is nil")

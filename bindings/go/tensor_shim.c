@@ -70,6 +70,26 @@ int32_t gomoe_layer_backward_weights(moe_layer *l, moe_step *s, uintptr_t stream
     return moe_layer_backward_weights(l, s, (void *)stream);
 }
 
+int32_t gomoe_layer_forward_backward(moe_layer *l, moe_step *fs, DLTensor *x, void *xd, DLTensor *y, void *yd,
+                                     moe_step *bs, DLTensor *dy, void *dyd, DLTensor *dx, void *dxd, moe_step *ws,
+                                     int32_t flags, uintptr_t stream)
+{
+    moe_merged_step a;
+    int32_t st = moe_merged_step_init(&a, sizeof a);
+    if (st) return st;
+    a.forward_step = fs;
+    a.x = gomoe_bind(x, xd);
+    a.y = gomoe_bind(y, yd);
+    a.backward_step = bs;
+    a.dy = gomoe_bind(dy, dyd);
+    a.dx = gomoe_bind(dx, dxd);
+    a.weights_step = ws;
+    a.flags = flags;
+    st = moe_layer_forward_backward(l, &a, (void *)stream);
+    gomoe_unbind(x, y, dy, dx);
+    return st;
+}
+
 int32_t gomoe_step_prefetch(moe_step *s, uintptr_t stream) { return moe_step_prefetch(s, (void *)stream); }
 
 int32_t gomoe_layer_reduce_grads(moe_layer *l, uintptr_t stream) { return moe_layer_reduce_grads(l, (void *)stream); }

@@ -101,13 +101,10 @@ int32_t moe_comm_all_to_all_v_start(moe_comm *c, const void *send, const int64_t
 int32_t moe_comm_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
                               void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex)
 {
+    /* blocking calls keep the turn (count exchanges: a few bytes); the row exchanges a lane should
+     * hand over at are started and waited for (dispatch_all_to_all.c, dispatch_chunks.c) */
     TRY(may_issue(c));
-    if (!moe_lane_current(NULL))
-        return c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, ex);
-    moe_comm_request *req = NULL;
-    TRY(c->ops->all_to_all_v_start(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, &req, ex));
-    track(c, req);
-    return moe_comm_wait(c, req);
+    return c->ops->all_to_all_v(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, ex);
 }
 
 int32_t moe_comm_all_gather_v(moe_comm *c, const void *send, int64_t send_bytes, void *recv, const int64_t *recv_bytes,

@@ -141,7 +141,10 @@ static int32_t ep_exchange(moe_layer *L, const moe_exec *e, a2a_view *v, const v
     TRY(blocks(L, v->P, rrows, rb, v->rb, v->ro));
     if (skip_self) v->sb[L->ep_rank] = v->rb[L->ep_rank] = 0;
     moe_comm *c = L->ep_comm;
-    return moe_comm_all_to_all_v(c, send, v->sb, v->so, recv, v->rb, v->ro, e);
+    /* started and waited for: in a merged step the other half computes meanwhile (core/merged.c) */
+    moe_comm_request *req = NULL;
+    TRY(moe_comm_all_to_all_v_start(c, send, v->sb, v->so, recv, v->rb, v->ro, &req, e));
+    return moe_comm_wait(c, req);
 }
 
 /* Adds a received count to a running total; rejects negative counts and overflow. */

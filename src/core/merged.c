@@ -200,7 +200,7 @@ int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_
     const int exchanges = L->ep_size > 1 || L->etp_size > 1;
     if (!(p->fwd && p->bwd && exchanges)) return run_sequential(L, p, e); /* nothing in flight to hide */
 
-    struct moe_merged_worker *w;
+    struct moe_merged_worker *w = NULL;
     TRY(worker_get(L, e, &w));
     forward_lane fj = {L, NULL, p, *e, MOE_OK};
     int32_t slot = -1;

@@ -178,6 +178,7 @@ int32_t moe_lane_wait(moe_lane_poll poll, void *arg, int64_t timeout_ms, int32_t
     /* the turn passes at every wait, finished or not: where the lanes hand over must not depend on
      * timing, or ranks would issue their collectives in different orders */
     if (l) { /* the other lane computes while this one's bytes are in flight */
+        moe_range_push(l->ctx, "moe.merged.wait"); /* the timeline: where this lane waited on an exchange */
         save_regs(l, me);
         pthread_mutex_lock(&l->mu);
         if (!l->finished[1 - me]) l->handovers++;
@@ -189,12 +190,14 @@ int32_t moe_lane_wait(moe_lane_poll poll, void *arg, int64_t timeout_ms, int32_t
     uint32_t it = 0;
     for (;;) {
         st = poll(arg, &done);
-        if (st || done) return st;
+        if (st || done) break;
         if (l && run_filler(l, me)) continue;
         if (timeout_ms > 0 && now_ns() - t0 > timeout_ms * 1000000) {
             *timed_out = 1;
-            return MOE_OK;
+            break;
         }
         backoff(&it);
     }
+    if (l) moe_range_pop(l->ctx);
+    return st;
 }

@@ -35,6 +35,7 @@ export forward, forward!, backward, backward!, routing_stats, export_routing
 export import_param!, export_param, export_param!, param_view, grad_view, array, has_param
 export init_params!, zero_grad!, set_grad_mode!, expert_counts, expert_counts!, update_expert_bias!, config
 export backward_data!, backward_data, backward_weights!, prefetch!, reset_global_aux!, reduce_grads!
+export forward_backward!, modeled_comm
 export NonfiniteReport, check_gradients
 export Comm, CommHooks, Layout, LayerConfig, build_features, status_string, memory_stats, memory_trim!
 export dispatch, dispatch_info, dispatch_rows, combine, combine_backward, dispatch_backward, local_experts

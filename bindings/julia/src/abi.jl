@@ -275,6 +275,7 @@ const STRUCT_PLAN_RESULT = Int32(15)
 const STRUCT_NONFINITE_REPORT = Int32(16)
 const STRUCT_STATE_ENTRY = Int32(17)
 const STRUCT_CHECKPOINT_CONFIG = Int32(18)
+const STRUCT_MERGED_STEP = Int32(19)
 const ENUM_FAMILY = Int32(0)
 const ENUM_STATUS = Int32(1)
 const ENUM_FEATURE = Int32(2)
@@ -310,6 +311,7 @@ const ENUM_STRUCT = Int32(31)
 const ENUM_NONFINITE_KIND = Int32(32)
 const ENUM_STATE = Int32(33)
 const ENUM_CHECKPOINT = Int32(34)
+const ENUM_MERGED = Int32(35)
 
 # Checkpoints: what a state-dictionary entry is, and the flags of save / load.
 const STATE_PARAM = Int32(0)
@@ -343,6 +345,26 @@ mutable struct CheckpointConfig
     dir::Ptr{UInt8}
     name::Ptr{UInt8}
     comm::Ptr{Cvoid}
+    flags::Int32
+    reserved0::Int32
+end
+
+# Merged forward/backward: moe_merged_step.flags bits, and the struct (`forward_backward!` fills it).
+const MERGED_DEFER_WEIGHT_GRADS = Int32(1)
+
+# moe_merged_step. The tensors are `const DLTensor *` / `DLTensor *` (Ptr{Cvoid} here: DLTensor is
+# defined after this file), the steps `moe_step *`; C_NULL leaves a part out.
+mutable struct MergedStep
+    struct_size::UInt32
+    api_version::UInt32
+    next::Ptr{Cvoid}
+    forward_step::Ptr{Cvoid}
+    x::Ptr{Cvoid}
+    y::Ptr{Cvoid}
+    backward_step::Ptr{Cvoid}
+    dy::Ptr{Cvoid}
+    dx::Ptr{Cvoid}
+    weights_step::Ptr{Cvoid}
     flags::Int32
     reserved0::Int32
 end

@@ -18,6 +18,7 @@ const COMM_SELF = Int32(0)
 const COMM_MPI = Int32(1)
 const COMM_NCCL = Int32(2)
 const COMM_HOOKS = Int32(3)
+const COMM_MODELED = Int32(4)  # an interconnect modeled over a host comm (modeled_comm)
 const DTYPE_INT64 = Int32(3)
 
 # Layout groups (moe_layout_group, moe_comm_split_layout).

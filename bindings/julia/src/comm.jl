@@ -56,6 +56,26 @@ function Comm(ctx::Context, hooks::CommHooks; timeout_ms::Integer = 0)
     Comm(out[], p, ctx, state)
 end
 
+"""
+    modeled_comm(inner, latency_us, bandwidth_gb_per_s) -> Comm
+
+A comm that models an interconnect on top of `inner`, a host comm (self, MPI, hooks, or another modeled
+one; `moe_comm_create_modeled`): every exchange moves its bytes through `inner` at once but completes
+only `latency_us` microseconds plus `bytes / (bandwidth_gb_per_s * 1e9)` seconds after it started,
+queued behind the transfers still on the rank's link. For measuring how much communication a schedule
+([`forward_backward!`](@ref)) hides. The new comm retains `inner`, so `inner` may be closed first; its
+kind is `COMM_MODELED`, and `split` of it models the same link over `inner`'s split.
+"""
+function modeled_comm(inner::Comm, latency_us::Real, bandwidth_gb_per_s::Real)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    GC.@preserve inner begin
+        st = @ccall $(fn(:moe_comm_create_modeled))(handle(inner)::Ptr{Cvoid}, Float64(latency_us)::Cdouble,
+                                                    Float64(bandwidth_gb_per_s)::Cdouble, out::Ref{Ptr{Cvoid}})::Int32
+        check(st, inner.ctxp)
+    end
+    Comm(out[], inner.ctxp, inner.ctx, nothing)
+end
+
 Base.isopen(c::Comm) = c.ptr != C_NULL
 
 function Base.close(c::Comm)
@@ -96,7 +116,7 @@ Base.size(c::Comm) = comm_query(c, :moe_comm_size)
 """
     kind(comm) -> Int32
 
-`COMM_SELF`, `COMM_MPI`, `COMM_NCCL` or `COMM_HOOKS` (`moe_comm_kind`).
+`COMM_SELF`, `COMM_MPI`, `COMM_NCCL`, `COMM_HOOKS` or `COMM_MODELED` (`moe_comm_kind`).
 """
 kind(c::Comm) = Int32(comm_query(c, :moe_comm_kind))
 

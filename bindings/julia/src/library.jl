@@ -33,6 +33,7 @@ const SYMBOL_NAMES = (
     :moe_plan_result_init, :moe_nonfinite_report_init, :moe_layer_check_gradients,
     :moe_state_entry_init, :moe_layer_state_count, :moe_layer_state_entry, :moe_layer_attach_state,
     :moe_layer_detach_state, :moe_checkpoint_config_init, :moe_layer_save, :moe_layer_load,
+    :moe_merged_step_init, :moe_layer_forward_backward, :moe_comm_create_modeled,
 )
 const SYMBOLS = Dict{Symbol,Ptr{Cvoid}}()
 

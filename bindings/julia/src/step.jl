@@ -120,6 +120,49 @@ function backward_weights!(layer::Layer, step::Step; stream = C_NULL)
     layer
 end
 
+# One part of a merged call: nothing, or (step, input, output) with matrices on the context's device.
+merged_part(::Nothing, what) = (nothing, nothing, nothing)
+merged_part(p::Tuple{Step,MatrixArg,MatrixArg}, what) = p
+merged_part(p, what) =
+    throw(ArgumentError("forward_backward!: `$what` must be nothing or a (step, $(what == :forward ? "x, y" : "dy, dx")) " *
+                        "tuple of a Step and two matrices; got a $(typeof(p))"))
+
+"""
+    forward_backward!(layer; forward = nothing, backward = nothing, weights = nothing,
+                      defer_weight_grads = false, stream = C_NULL) -> layer
+
+The steady state of a 1F1B pipeline as one call (`moe_layer_forward_backward`): `forward = (step, x, y)`
+is the forward of the next micro-batch (as `forward!(y, layer, step, x)`), `backward = (step, dy, dx)` the
+backward of an earlier one (as `backward!(dx, layer, step, dy)`), `weights` a step whose weight gradients
+were deferred (by an earlier call with `defer_weight_grads = true`, or by `backward_data!`): they are added
+in this call. `nothing` leaves a part out; the steps must be distinct steps of `layer`. With
+`defer_weight_grads = true` the backward part runs its data half only, and its step keeps the weight
+gradients pending for a later call's `weights` (or `backward_weights!`).
+
+Whenever one half waits for an expert-parallel exchange, the other computes. `y`, `dx`, every gradient,
+the losses, routing statistics and expert counts are bitwise those of the separate calls
+`backward_weights!(weights)`, `forward!`, `backward_data!` and, unless deferred, `backward_weights!` of the
+backward step. Every argument is checked before anything runs. `stream` as in [`forward!`](@ref) (on
+CUDA the forward half runs on a second stream of the layer, joined back into `stream`).
+"""
+function forward_backward!(layer::Layer; forward = nothing, backward = nothing,
+                           weights::Union{Nothing,Step} = nothing, defer_weight_grads::Bool = false, stream = C_NULL)
+    fstep, x, y = merged_part(forward, :forward)
+    bstep, dy, dx = merged_part(backward, :backward)
+    args = blank_config(MergedStep, :moe_merged_step_init)
+    args.flags = defer_weight_grads ? MERGED_DEFER_WEIGHT_GRADS : Int32(0)
+    xv, yv, dyv, dxv = dlview(x), dlview(y), dlview(dy), dlview(dx)
+    GC.@preserve layer fstep bstep weights xv yv dyv dxv begin
+        # handle() of a closed step throws: it never silently leaves its part out
+        args.forward_step, args.backward_step, args.weights_step = handle(fstep), handle(bstep), handle(weights)
+        args.x, args.y, args.dy, args.dx = tensorptr(xv), tensorptr(yv), tensorptr(dyv), tensorptr(dxv)
+        st = @ccall $(fn(:moe_layer_forward_backward))(handle(layer)::Ptr{Cvoid}, args::Ref{MergedStep},
+                                                       streamptr(stream)::Ptr{Cvoid})::Int32
+        check(st, layer.ctxp)
+    end
+    layer
+end
+
 """
     prefetch!(step; stream = C_NULL) -> step
 

@@ -10,7 +10,8 @@
                (LibMoE.STRUCT_DISPATCHER_CONFIG, LibMoE.DispatcherConfig), (LibMoE.STRUCT_PLAN_MODEL, LibMoE.PlanModel),
                (LibMoE.STRUCT_PLAN_PARALLEL, LibMoE.PlanParallel), (LibMoE.STRUCT_PLAN_RESULT, LibMoE.PlanResult),
                (LibMoE.STRUCT_NONFINITE_REPORT, LibMoE.NonfiniteReport),
-               (LibMoE.STRUCT_STATE_ENTRY, LibMoE.StateEntryC), (LibMoE.STRUCT_CHECKPOINT_CONFIG, LibMoE.CheckpointConfig)]
+               (LibMoE.STRUCT_STATE_ENTRY, LibMoE.StateEntryC), (LibMoE.STRUCT_CHECKPOINT_CONFIG, LibMoE.CheckpointConfig),
+               (LibMoE.STRUCT_MERGED_STEP, LibMoE.MergedStep)]
     for (kind, T) in mirrors
         size, min_size = struct_size(kind)
         @test (enum_name(LibMoE.ENUM_STRUCT, kind), size) == (enum_name(LibMoE.ENUM_STRUCT, kind), sizeof(T))
@@ -19,7 +20,7 @@
     @test struct_size(LibMoE.STRUCT_LAYER_CONFIG)[2] == 136      # the 0.1 layout is accepted
     @test struct_size(LibMoE.STRUCT_ROUTING_STATS)[2] == 64
     err = try
-        struct_size(LibMoE.STRUCT_CHECKPOINT_CONFIG + 1)
+        struct_size(LibMoE.STRUCT_MERGED_STEP + 1)
         nothing
     catch e
         e
@@ -40,7 +41,9 @@
     while (n = enum_name(LibMoE.ENUM_FAMILY, length(families))) !== nothing
         push!(families, n)
     end
-    @test length(families) == LibMoE.ENUM_CHECKPOINT + 1
+    @test length(families) == LibMoE.ENUM_MERGED + 1
+    @test enum_name(LibMoE.ENUM_MERGED, LibMoE.MERGED_DEFER_WEIGHT_GRADS) == "MOE_MERGED_DEFER_WEIGHT_GRADS"
+    @test enum_name(LibMoE.ENUM_COMM, LibMoE.COMM_MODELED) == "MOE_COMM_MODELED"
     @test families[LibMoE.ENUM_ACTIVATION + 1] == "MOE_ENUM_ACTIVATION"
     @test_throws MoeError enum_value(LibMoE.ENUM_ACTIVATION, "MOE_SCORE_SIGMOID")
 end

@@ -1,6 +1,6 @@
 # LibMoE's tests: the shared fixture's values, errors, ownership and teardown, the dispatcher,
-# comms (self and Julia hooks), layouts, parallel layers, the two-phase backward, and device arrays,
-# CUDA contexts and streams (no GPU needed).
+# comms (self, Julia hooks and modeled), layouts, parallel layers, the two-phase backward, the merged
+# forward/backward, and device arrays, CUDA contexts and streams (no GPU needed).
 #
 #   MOE_FIXTURE=fixture.txt MOE_LIB_DIR=build julia --project=bindings/julia bindings/julia/test/runtests.jl
 #
@@ -40,6 +40,8 @@ include("hooks_helpers.jl")
         @test sizeof(LibMoE.ParallelConfig) == 72
         @test sizeof(LibMoE.NonfiniteReport) == 48
         @test fieldoffset(LibMoE.NonfiniteReport, Base.fieldindex(LibMoE.NonfiniteReport, :first_index)) == 40
+        @test sizeof(LibMoE.MergedStep) == 80
+        @test fieldoffset(LibMoE.MergedStep, Base.fieldindex(LibMoE.MergedStep, :flags)) == 72
     end
     include("layer_tests.jl")
     include("error_tests.jl")
@@ -58,4 +60,5 @@ include("hooks_helpers.jl")
     include("introspect_tests.jl")
     include("nonfinite_tests.jl")
     include("checkpoint_tests.jl")
+    include("merged_tests.jl")
 end

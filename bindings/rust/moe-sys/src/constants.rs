@@ -117,6 +117,9 @@ pub const MOE_STEP_EVAL: i32 = 1;
 pub const MOE_STEP_RECOMPUTE: i32 = 2;
 /// moe_step_config.flags: aux_loss_scale used as given, 0 included (losses reported, no gradient)
 pub const MOE_STEP_EXPLICIT_AUX_SCALE: i32 = 1;
+/// moe_merged_step.flags: backward_step's weight gradients wait for a later weights_step (or
+/// moe_layer_backward_weights)
+pub const MOE_MERGED_DEFER_WEIGHT_GRADS: i32 = 1;
 pub const MOE_ROUTING_EXPERT_INDICES: i32 = 0;
 pub const MOE_ROUTING_PROBS: i32 = 1;
 pub const MOE_ROUTING_TOKENS_PER_EXPERT: i32 = 2;
@@ -128,6 +131,7 @@ pub const MOE_COMM_SELF: i32 = 0;
 pub const MOE_COMM_MPI: i32 = 1;
 pub const MOE_COMM_NCCL: i32 = 2;
 pub const MOE_COMM_HOOKS: i32 = 3;
+pub const MOE_COMM_MODELED: i32 = 4;
 
 // ---- layout groups
 pub const MOE_GROUP_TP: i32 = 0;
@@ -191,6 +195,7 @@ pub const MOE_STRUCT_PLAN_RESULT: i32 = 15;
 pub const MOE_STRUCT_NONFINITE_REPORT: i32 = 16;
 pub const MOE_STRUCT_STATE_ENTRY: i32 = 17;
 pub const MOE_STRUCT_CHECKPOINT_CONFIG: i32 = 18;
+pub const MOE_STRUCT_MERGED_STEP: i32 = 19;
 pub const MOE_ENUM_FAMILY: i32 = 0;
 pub const MOE_ENUM_STATUS: i32 = 1;
 pub const MOE_ENUM_FEATURE: i32 = 2;
@@ -226,6 +231,7 @@ pub const MOE_ENUM_STRUCT: i32 = 31;
 pub const MOE_ENUM_NONFINITE_KIND: i32 = 32;
 pub const MOE_ENUM_STATE: i32 = 33;
 pub const MOE_ENUM_CHECKPOINT: i32 = 34;
+pub const MOE_ENUM_MERGED: i32 = 35;
 
 // checkpoints (0.2): kinds of state-dictionary entries, and moe_checkpoint_config.flags
 pub const MOE_STATE_PARAM: i32 = 0;

@@ -77,6 +77,10 @@ extern "C" {
     pub fn moe_layer_backward_weights(layer: *mut moe_layer, step: *mut moe_step, stream: *mut c_void) -> i32;
     pub fn moe_step_prefetch(step: *mut moe_step, stream: *mut c_void) -> i32;
 
+    // ---- merged forward/backward (0.2)
+    pub fn moe_merged_step_init(args: *mut moe_merged_step, struct_size: usize) -> i32;
+    pub fn moe_layer_forward_backward(layer: *mut moe_layer, args: *const moe_merged_step, stream: *mut c_void) -> i32;
+
     // ---- routing statistics
     pub fn moe_routing_stats_init(stats: *mut moe_routing_stats, struct_size: usize) -> i32;
     pub fn moe_step_routing_stats(step: *const moe_step, stats: *mut moe_routing_stats) -> i32;
@@ -121,6 +125,12 @@ extern "C" {
         ctx: *mut moe_context,
         cfg: *const moe_comm_config,
         hooks: *const moe_comm_hooks,
+        out: *mut *mut moe_comm,
+    ) -> i32;
+    pub fn moe_comm_create_modeled(
+        inner: *mut moe_comm,
+        latency_us: f64,
+        bandwidth_gb_per_s: f64,
         out: *mut *mut moe_comm,
     ) -> i32;
     pub fn moe_comm_split(comm: *mut moe_comm, color: i32, key: i32, out: *mut *mut moe_comm) -> i32;

@@ -3,6 +3,7 @@
 use std::ffi::{c_char, c_void};
 
 use crate::constants::{MOE_MEM_NUM_CATEGORIES, MOE_PLAN_COMM_NUM, MOE_PLAN_NUM_CATEGORIES};
+use crate::dlpack::DLTensor;
 use crate::hooks::{moe_allocator, moe_logger, moe_profiler};
 
 macro_rules! opaque {
@@ -102,6 +103,28 @@ pub struct moe_step_config {
     /// 0 = 1.0 unless `flags` has `MOE_STEP_EXPLICIT_AUX_SCALE`
     pub aux_loss_scale: f32,
     /// MOE_STEP_EXPLICIT_AUX_SCALE bits (since 0.2, struct_size covers it)
+    pub flags: i32,
+    pub reserved0: i32,
+}
+
+/// The parts of one `moe_layer_forward_backward` call (merged forward/backward, 0.2): the forward of
+/// micro-batch i+1, the backward of micro-batch i and deferred weight gradients; a NULL step leaves
+/// its part out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct moe_merged_step {
+    pub struct_size: u32,
+    pub api_version: u32,
+    pub next: *const c_void,
+    pub forward_step: *mut moe_step,
+    pub x: *const DLTensor,
+    pub y: *mut DLTensor,
+    pub backward_step: *mut moe_step,
+    pub dy: *const DLTensor,
+    pub dx: *mut DLTensor,
+    /// a step whose weight gradients were deferred (NULL: none)
+    pub weights_step: *mut moe_step,
+    /// MOE_MERGED_* bits
     pub flags: i32,
     pub reserved0: i32,
 }

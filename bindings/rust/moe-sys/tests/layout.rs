@@ -51,6 +51,9 @@ fn rust_layouts() -> Vec<Layout> {
             offload, quant_recipe, fp8_storage, reserved3
         }),
         layout!(moe_step_config { struct_size, api_version, next, mode, aux_loss_scale, flags, reserved0 }),
+        layout!(moe_merged_step {
+            struct_size, api_version, next, forward_step, x, y, backward_step, dy, dx, weights_step, flags, reserved0
+        }),
         layout!(moe_routing_stats {
             struct_size, reserved, num_tokens, num_assignments, dropped, padded_rows, capacity, aux_loss, z_loss,
             quant_saturated

@@ -1,5 +1,6 @@
-//! `Comm`: a group of ranks the engine runs collectives on (self, MPI, NCCL or host hooks). A layer
-//! or dispatcher that uses a comm retains it, so the `Comm` handle may be dropped after creating them.
+//! `Comm`: a group of ranks the engine runs collectives on (self, MPI, NCCL, host hooks, or a modeled
+//! interconnect over a host comm). A layer or dispatcher that uses a comm retains it, so the `Comm`
+//! handle may be dropped after creating them.
 use std::sync::Arc;
 
 use moe_sys as sys;
@@ -12,7 +13,7 @@ use crate::layout::{Group, Layout};
 use crate::unit::{NotSync, Unit};
 
 c_enum!(CommKind { SelfRank = sys::MOE_COMM_SELF, Mpi = sys::MOE_COMM_MPI, Nccl = sys::MOE_COMM_NCCL,
-                   Hooks = sys::MOE_COMM_HOOKS });
+                   Hooks = sys::MOE_COMM_HOOKS, Modeled = sys::MOE_COMM_MODELED });
 
 /// `moe_comm_config`: how long a call waits for its peers (0 = 5 minutes); MPI and NCCL comms only,
 /// hook comms leave timeouts to the host's hooks.
@@ -118,6 +119,19 @@ impl Comm {
         Ok(Comm::wrap(&ctx.unit, out))
     }
 
+    /// A comm that models an interconnect on top of `inner` (a host comm: self, MPI, hooks or another
+    /// modeled one; `moe_comm_create_modeled`): every exchange moves its bytes through `inner` at
+    /// once but completes only `latency_us` microseconds plus `bytes / (bandwidth_gb_per_s * 1e9)`
+    /// seconds after it started, queued behind the transfers still on the rank's link. For
+    /// measuring how much communication a schedule (`Layer::forward_backward`) hides. The new comm
+    /// retains `inner`, so `inner` may be dropped first; its kind is `CommKind::Modeled`.
+    pub fn modeled(inner: &Comm, latency_us: f64, bandwidth_gb_per_s: f64) -> Result<Comm> {
+        let g = inner.unit.enter()?;
+        let mut out = std::ptr::null_mut();
+        g.check(unsafe { sys::moe_comm_create_modeled(inner.raw, latency_us, bandwidth_gb_per_s, &mut out) })?;
+        Ok(Comm::wrap(&inner.unit, out))
+    }
+
     /// Collective: ranks with the same color form a new comm ordered by (key, rank); a negative
     /// color joins none (`None`).
     pub fn split(&mut self, color: i32, key: i32) -> Result<Option<Comm>> {
@@ -156,6 +170,7 @@ impl Comm {
             sys::MOE_COMM_MPI => Ok(CommKind::Mpi),
             sys::MOE_COMM_NCCL => Ok(CommKind::Nccl),
             sys::MOE_COMM_HOOKS => Ok(CommKind::Hooks),
+            sys::MOE_COMM_MODELED => Ok(CommKind::Modeled),
             k => Err(Error::invalid(format!("unknown comm kind {k}"))),
         }
     }

@@ -42,6 +42,19 @@
 //! let layer = moe::Layer::new(&ctx, &moe::LayerConfig::new(8, 16, 4, 2)).unwrap();
 //! shared(&layer);
 //! ```
+//! Giving one step to two parts of a merged forward/backward:
+//! ```compile_fail
+//! let ctx = moe::Context::new().unwrap();
+//! let mut layer = moe::Layer::new(&ctx, &moe::LayerConfig::new(8, 16, 4, 2)).unwrap();
+//! let mut s = layer.step(&moe::StepConfig::default()).unwrap();
+//! let (x, mut y, mut dx) = (vec![0f32; 16], vec![0f32; 16], vec![0f32; 16]);
+//! let xt = moe::TensorRef::new(&x, &[2, 8]).unwrap();
+//! let mut yt = moe::TensorMut::new(&mut y, &[2, 8]).unwrap();
+//! let mut dxt = moe::TensorMut::new(&mut dx, &[2, 8]).unwrap();
+//! // `s` is borrowed mutably twice
+//! let args = moe::MergedStep::new().forward(&mut s, &xt, &mut yt).backward(&mut s, &xt, &mut dxt);
+//! layer.forward_backward(args).unwrap();
+//! ```
 //! Moving a layer to another thread is fine:
 //! ```
 //! fn sendable<T: Send>(_: T) {}
@@ -64,6 +77,7 @@ mod grad_check;
 mod introspect;
 mod layer;
 mod layout;
+mod merged;
 mod plan;
 mod step;
 mod tensor;
@@ -87,6 +101,7 @@ pub use grad_check::{NonfiniteKind, NonfiniteReport, NonfiniteValue};
 pub use introspect::{enum_name, enum_value, struct_size, StructSize};
 pub use layer::{Layer, ParallelConfig};
 pub use layout::{Group, Layout, LayoutConfig, LayoutSizes};
+pub use merged::MergedStep;
 pub use plan::{plan_estimate, plan_model, plan_parallel, plan_preset, PlanModel, PlanParallel, PlanResult};
 pub use step::{RoutingStats, Step};
 pub use tensor::{AsTensor, AsTensorMut, Bf16, DeviceTensor, Element, TensorMut, TensorRef};

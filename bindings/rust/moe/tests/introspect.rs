@@ -27,6 +27,7 @@ fn struct_sizes_match_the_binding() {
         (sys::MOE_STRUCT_NONFINITE_REPORT, size_of::<sys::moe_nonfinite_report>()),
         (sys::MOE_STRUCT_STATE_ENTRY, size_of::<sys::moe_state_entry>()),
         (sys::MOE_STRUCT_CHECKPOINT_CONFIG, size_of::<sys::moe_checkpoint_config>()),
+        (sys::MOE_STRUCT_MERGED_STEP, size_of::<sys::moe_merged_step>()),
     ];
     for (kind, size) in mirrors {
         let s = struct_size(kind).unwrap();
@@ -37,7 +38,7 @@ fn struct_sizes_match_the_binding() {
     // the 0.1 layouts are the smallest accepted
     assert_eq!(struct_size(sys::MOE_STRUCT_LAYER_CONFIG).unwrap().min_size, 136);
     assert_eq!(struct_size(sys::MOE_STRUCT_ROUTING_STATS).unwrap().min_size, 64);
-    let e = struct_size(sys::MOE_STRUCT_CHECKPOINT_CONFIG + 1).unwrap_err();
+    let e = struct_size(sys::MOE_STRUCT_MERGED_STEP + 1).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
     assert!(e.message().contains("kind"), "{}", e.message());
 }
@@ -63,7 +64,9 @@ fn constant_names_both_ways() {
     assert_eq!(enum_name(sys::MOE_ENUM_STATUS, Status::Version.code() as i64), Some(Status::Version.name()));
     // every family lists itself, densely from 0
     let families: Vec<&str> = (0..).map_while(|f| enum_name(sys::MOE_ENUM_FAMILY, f)).collect();
-    assert_eq!(families.len() as i32, sys::MOE_ENUM_CHECKPOINT + 1);
+    assert_eq!(families.len() as i32, sys::MOE_ENUM_MERGED + 1);
+    assert_eq!(enum_name(sys::MOE_ENUM_MERGED, 1), Some("MOE_MERGED_DEFER_WEIGHT_GRADS"));
+    assert_eq!(enum_name(sys::MOE_ENUM_COMM, sys::MOE_COMM_MODELED as i64), Some("MOE_COMM_MODELED"));
     assert_eq!(families[sys::MOE_ENUM_ACTIVATION as usize], "MOE_ENUM_ACTIVATION");
     let e = enum_value(sys::MOE_ENUM_ACTIVATION, "MOE_SCORE_SIGMOID").unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
