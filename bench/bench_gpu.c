@@ -59,6 +59,11 @@ typedef struct gpu_result {
     int64_t peak_reserved, peak_live;
     moe_routing_stats rs;
     double load_max_over_mean;
+    /* a steady-state pair {forward of micro-batch i+1, backward of i}: separate calls and one merged
+     * call (moe_layer_forward_backward). One GPU, EP = 1: the merged call runs the parts in order
+     * (nothing is exchanged to hide), so this row checks it costs nothing over the separate calls; the
+     * overlap itself needs EP > 1 (bench_merged, docs/parallel.md). */
+    double pair_ms, merged_ms;
 } gpu_result;
 
 /* ---------------------------------------------------------------- errors */
@@ -176,6 +181,42 @@ static void run_config(const gpu_config *c, int capacity, int warmup, int iters,
             tfb[i - warmup] = ms_fb;
         }
     }
+    /* the merged-step row: pairs {forward(next), backward(cur)} alternating two steps, separate then merged */
+    moe_step *step2 = NULL;
+    CHECK_MOE(moe_step_create(layer, &sc, &step2));
+    double *tp = calloc((size_t)iters, sizeof *tp), *tm = calloc((size_t)iters, sizeof *tm);
+    if (!tp || !tm) {
+        fprintf(stderr, "bench_gpu: out of host memory\n");
+        exit(1);
+    }
+    for (int merged = 0; merged < 2; ++merged) {
+        moe_step *cur = step, *next = step2;
+        CHECK_MOE(moe_layer_forward(layer, cur, x, y, stream));
+        for (int i = 0; i < warmup + iters; ++i) {
+            CHECK_CUDA(cudaEventRecord(ev[0], stream));
+            if (merged) {
+                moe_merged_step a;
+                CHECK_MOE(moe_merged_step_init(&a, sizeof a));
+                a.forward_step = next, a.x = x, a.y = y;
+                a.backward_step = cur, a.dy = dy, a.dx = dx;
+                CHECK_MOE(moe_layer_forward_backward(layer, &a, stream));
+            } else {
+                CHECK_MOE(moe_layer_forward(layer, next, x, y, stream));
+                CHECK_MOE(moe_layer_backward(layer, cur, dy, dx, stream));
+            }
+            CHECK_CUDA(cudaEventRecord(ev[1], stream));
+            const double ms = gpu_event_ms(ev[0], ev[1]);
+            if (i >= warmup) (merged ? tm : tp)[i - warmup] = ms;
+            moe_step *swap = cur;
+            cur = next, next = swap;
+        }
+        CHECK_MOE(moe_layer_backward(layer, cur, dy, dx, stream)); /* the last forward's backward, untimed */
+    }
+    r->pair_ms = gpu_median(tp, iters);
+    r->merged_ms = gpu_median(tm, iters);
+    free(tp);
+    free(tm);
+    moe_step_destroy(step2);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     CHECK_CUDA(cudaGetLastError());
     r->fwd_ms = gpu_median(tf, iters);
@@ -232,6 +273,8 @@ static void print_result(const gpu_result *r)
            (long long)r->dense_m, (long long)r->dense_n, (long long)r->dense_k, r->dense.ms, r->dense.tflops,
            (long long)r->dense.workspace_bytes);
     printf("  ratio engine/dense (fwd+bwd TFLOP/s): %.3f\n", tflops(r->flops_fwdbwd, r->fwdbwd_ms) / r->dense.tflops);
+    printf("  merged step (1 GPU, EP = 1, parts in order): pair of separate calls %.3f ms, merged call %.3f ms "
+           "(ratio %.3f)\n", r->pair_ms, r->merged_ms, r->merged_ms / r->pair_ms);
     if (has_mc(r))
         printf("  Megatron Core (8xH100 EP8, per GPU): fwd %.1f ms, bwd %.1f ms, fwd+bwd %.1f ms -> faster: fwd %s, "
                "bwd %s, fwd+bwd %s\n",
@@ -256,7 +299,7 @@ static int append_csv(const char *path, const gpu_result *r, const char *gpu)
     if (ftell(f) == 0)
         fprintf(f, "config,gpu,T,H,F,E,K,mode,iters,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,fwdbwd_tflops,dense_m,dense_n,"
                    "dense_k,dense_ms,dense_tflops,ratio,mc_fwd_ms,mc_bwd_ms,faster_fwd,faster_bwd,faster_fwdbwd,"
-                   "peak_reserved_bytes,dropped,load_max_over_mean\n");
+                   "peak_reserved_bytes,dropped,load_max_over_mean,pair_ms,merged_ms\n");
     fprintf(f, "%s,\"%s\",%lld,%lld,%lld,%d,%d,%s,%d,%.4f,%.4f,%.4f,%.2f,%.2f,%lld,%lld,%lld,%.4f,%.2f,%.4f,", c->name,
             gpu, (long long)c->T, (long long)c->H, (long long)c->F, c->E, c->K, r->capacity ? "capacity" : "dropless",
             r->iters, r->fwd_ms, r->bwd_ms, r->fwdbwd_ms, tflops(r->flops_fwd, r->fwd_ms),
@@ -266,9 +309,9 @@ static int append_csv(const char *path, const gpu_result *r, const char *gpu)
         fprintf(f, "%.1f,%.1f,", c->mc_fwd_ms, c->mc_bwd_ms);
     else
         fprintf(f, ",,");
-    fprintf(f, "%s,%s,%s,%lld,%lld,%.4f\n", faster(mc, r->fwd_ms, c->mc_fwd_ms), faster(mc, r->bwd_ms, c->mc_bwd_ms),
-            faster(mc, r->fwdbwd_ms, c->mc_fwd_ms + c->mc_bwd_ms), (long long)r->peak_reserved, (long long)r->rs.dropped,
-            r->load_max_over_mean);
+    fprintf(f, "%s,%s,%s,%lld,%lld,%.4f,%.4f,%.4f\n", faster(mc, r->fwd_ms, c->mc_fwd_ms),
+            faster(mc, r->bwd_ms, c->mc_bwd_ms), faster(mc, r->fwdbwd_ms, c->mc_fwd_ms + c->mc_bwd_ms),
+            (long long)r->peak_reserved, (long long)r->rs.dropped, r->load_max_over_mean, r->pair_ms, r->merged_ms);
     if (fclose(f) != 0) {
         fprintf(stderr, "bench_gpu: error writing %s\n", path);
         return 1;
