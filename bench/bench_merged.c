@@ -18,8 +18,9 @@
  * times lower than NVLink's; what the table shows is the ratio, not the absolute link.
  *
  * One repetition = one steady-state 1F1B pair of micro-batches: the forward of micro-batch i+1 and
- * the backward (data + weights) of micro-batch i. Timed, each after a barrier, the slower rank's
- * median over the repetitions:
+ * the backward (data + weights) of micro-batch i. Timed, each after a barrier, the four variants in
+ * turn within each repetition (the machine's speed drifts), the slower rank's median over the
+ * repetitions:
  *   sequential  the separate calls (forward, backward_data, backward_weights) over the modelled link
  *   merged      one moe_layer_forward_backward over the modelled link
  *   compute     the separate calls over the plain MPI comm (the exchanges cost microseconds)
@@ -194,46 +195,76 @@ static moe_layer *make_layer(moe_context *ctx, const opts *o, moe_comm *ep)
     return L;
 }
 
-/* Median seconds (slower rank) of one steady-state pair, merged or separate, over layer L. */
-static double time_pairs(moe_context *ctx, moe_layer *L, const opts *o, bufs *b, int merged, int tracing)
-{
+/* One variant of the measurement: a layer (over the plain or the modelled comm), separate or merged
+ * calls, and its three steps, whose roles rotate: f = forward now, c = backward now, p = weights
+ * pending (defer). */
+typedef struct variant {
+    moe_layer *L;
+    int merged;
     moe_step *s[3];
-    for (int i = 0; i < 3; i++) CHECK(ctx, "moe_step_create", moe_step_create(L, NULL, &s[i]));
-    /* roles rotate over three steps: f = forward now, c = backward now, p = weights pending (defer) */
-    const int warm = 2, total = warm + o->reps;
-    double *t = malloc(sizeof(double) * (size_t)total);
-    CHECK(ctx, "forward", moe_layer_forward(L, s[0], &b->tx[0], &b->ty[0], NULL));
-    int have_pending = 0;
-    for (int r = 0; r < total; r++) {
-        moe_step *c = s[r % 3], *f = s[(r + 1) % 3], *p = s[(r + 2) % 3];
-        const int bi = r % 2, fi = (r + 1) % 2;
-        MPI_Barrier(MPI_COMM_WORLD);
-        if (tracing && r == total - 1) g_trace.on = 1, g_trace.n = 0, g_trace.t0 = now_s();
-        const double t0 = now_s();
-        if (merged) {
-            moe_merged_step a;
-            moe_merged_step_init(&a, sizeof a);
-            a.forward_step = f, a.x = &b->tx[fi], a.y = &b->ty[fi];
-            a.backward_step = c, a.dy = &b->tdy[bi], a.dx = &b->tdx[bi];
-            a.weights_step = o->defer && have_pending ? p : NULL;
-            a.flags = o->defer ? MOE_MERGED_DEFER_WEIGHT_GRADS : 0;
-            CHECK(ctx, "moe_layer_forward_backward", moe_layer_forward_backward(L, &a, NULL));
-        } else {
-            if (o->defer && have_pending) CHECK(ctx, "backward_weights", moe_layer_backward_weights(L, p, NULL));
-            CHECK(ctx, "forward", moe_layer_forward(L, f, &b->tx[fi], &b->ty[fi], NULL));
-            CHECK(ctx, "backward_data", moe_layer_backward_data(L, c, &b->tdy[bi], &b->tdx[bi], NULL));
-            if (!o->defer) CHECK(ctx, "backward_weights", moe_layer_backward_weights(L, c, NULL));
-        }
-        t[r] = now_s() - t0;
-        g_trace.on = 0;
-        have_pending = o->defer;
+    int r, have_pending;
+    double *t;
+} variant;
+
+static void variant_init(variant *v, moe_context *ctx, moe_layer *L, int merged, const opts *o, bufs *b)
+{
+    memset(v, 0, sizeof *v);
+    v->L = L, v->merged = merged;
+    for (int i = 0; i < 3; i++) CHECK(ctx, "moe_step_create", moe_step_create(L, NULL, &v->s[i]));
+    v->t = calloc((size_t)(o->reps + 2), sizeof(double));
+    CHECK(ctx, "forward", moe_layer_forward(L, v->s[0], &b->tx[0], &b->ty[0], NULL));
+}
+
+/* One timed pair of the variant (after a barrier); returns its seconds on this rank. */
+static double variant_pair(variant *v, moe_context *ctx, const opts *o, bufs *b, int tracing)
+{
+    moe_layer *L = v->L;
+    const int r = v->r++;
+    moe_step *c = v->s[r % 3], *f = v->s[(r + 1) % 3], *p = v->s[(r + 2) % 3];
+    const int bi = r % 2, fi = (r + 1) % 2;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (tracing) g_trace.on = 1, g_trace.n = 0, g_trace.t0 = now_s();
+    const double t0 = now_s();
+    if (v->merged) {
+        moe_merged_step a;
+        moe_merged_step_init(&a, sizeof a);
+        a.forward_step = f, a.x = &b->tx[fi], a.y = &b->ty[fi];
+        a.backward_step = c, a.dy = &b->tdy[bi], a.dx = &b->tdx[bi];
+        a.weights_step = o->defer && v->have_pending ? p : NULL;
+        a.flags = o->defer ? MOE_MERGED_DEFER_WEIGHT_GRADS : 0;
+        CHECK(ctx, "moe_layer_forward_backward", moe_layer_forward_backward(L, &a, NULL));
+    } else {
+        if (o->defer && v->have_pending) CHECK(ctx, "backward_weights", moe_layer_backward_weights(L, p, NULL));
+        CHECK(ctx, "forward", moe_layer_forward(L, f, &b->tx[fi], &b->ty[fi], NULL));
+        CHECK(ctx, "backward_data", moe_layer_backward_data(L, c, &b->tdy[bi], &b->tdx[bi], NULL));
+        if (!o->defer) CHECK(ctx, "backward_weights", moe_layer_backward_weights(L, c, NULL));
     }
-    /* the last forward and any pending weights, untimed, so the steps end clean */
-    if (o->defer && have_pending) CHECK(ctx, "backward_weights", moe_layer_backward_weights(L, s[(total + 1) % 3], NULL));
-    for (int i = 0; i < 3; i++) moe_step_destroy(s[i]);
-    double m = median(t + warm, o->reps);
-    free(t);
-    return max_over_ranks(m);
+    const double dt = now_s() - t0;
+    g_trace.on = 0;
+    v->have_pending = o->defer;
+    return dt;
+}
+
+static void variant_free(variant *v, moe_context *ctx)
+{
+    /* the last pair's backward step (r - 1) still has its weight gradients pending */
+    if (v->have_pending) CHECK(ctx, "backward_weights", moe_layer_backward_weights(v->L, v->s[(v->r + 2) % 3], NULL));
+    for (int i = 0; i < 3; i++) moe_step_destroy(v->s[i]);
+    free(v->t);
+}
+
+/* The four variants measured in turn, repetition by repetition (this machine's speed drifts by tens
+ * of percent over seconds: alternating keeps the drift out of the ratios). out[k]: the slower rank's
+ * median seconds of variant k. */
+static void measure(moe_context *ctx, const opts *o, bufs *b, variant *v, int n, int trace_variant, double *out)
+{
+    const int warm = 2;
+    for (int r = 0; r < warm + o->reps; r++)
+        for (int k = 0; k < n; k++) {
+            const double dt = variant_pair(&v[k], ctx, o, b, k == trace_variant && r == warm + o->reps - 1);
+            if (r >= warm) v[k].t[r - warm] = dt;
+        }
+    for (int k = 0; k < n; k++) out[k] = max_over_ranks(median(v[k].t, o->reps));
 }
 
 /* Bytes of the backward's first exchange on one rank: its T*K rows of dy (H floats, plus the
@@ -348,10 +379,6 @@ int main(int argc, char **argv)
                (long long)o.T, (long long)o.H, (long long)o.F, (long long)o.E, (long long)o.K,
                o.defer ? "deferred (weights_step)" : "in the same call", o.latency_us, o.reps);
     }
-    moe_layer *Lp = make_layer(ctx, &o, world);
-    const double compute = time_pairs(ctx, Lp, &o, &b, 0, 0);
-    const double merged0 = time_pairs(ctx, Lp, &o, &b, 1, 0);
-    moe_layer_destroy(Lp);
     if (g_rank == 0) {
         printf("\n| link GB/s | sequential ms | merged ms | compute ms | merged/0 ms | comm ms | comm/compute | hidden | "
                "first ms | merged / (max(compute, comm) + first) |\n");
@@ -360,12 +387,20 @@ int main(int argc, char **argv)
     for (int g = 0; g < o.ngbps; g++) {
         moe_comm *link = NULL;
         CHECK(ctx, "moe_comm_create_modeled", moe_comm_create_modeled(world, o.latency_us, o.gbps[g], &link));
-        moe_layer *L = make_layer(ctx, &o, link);
-        const double seq = time_pairs(ctx, L, &o, &b, 0, 0);
+        moe_layer *Ll = make_layer(ctx, &o, link), *Lp = make_layer(ctx, &o, world);
+        variant v[4];
+        variant_init(&v[0], ctx, Ll, 0, &o, &b); /* sequential over the link */
+        variant_init(&v[1], ctx, Ll, 1, &o, &b); /* merged over the link */
+        variant_init(&v[2], ctx, Lp, 0, &o, &b); /* compute: sequential over the plain comm */
+        variant_init(&v[3], ctx, Lp, 1, &o, &b); /* merged over the plain comm */
         const int tracing = o.trace && g == o.ngbps / 2;
-        const double mer = time_pairs(ctx, L, &o, &b, 1, tracing);
-        moe_layer_destroy(L);
+        double t[4];
+        measure(ctx, &o, &b, v, 4, tracing ? 1 : -1, t);
+        for (int k = 0; k < 4; k++) variant_free(&v[k], ctx);
+        moe_layer_destroy(Ll);
+        moe_layer_destroy(Lp);
         moe_comm_destroy(link);
+        const double seq = t[0], mer = t[1], compute = t[2], merged0 = t[3];
         const double comm = seq - compute > 0 ? seq - compute : 0;
         const double first = o.latency_us * 1e-6 + first_exchange_bytes(&o) / (o.gbps[g] * 1e9);
         const double bound = (compute > comm ? compute : comm) + first;

@@ -151,6 +151,11 @@ MOE_API int32_t moe_layer_backward_weights(moe_layer *layer, moe_step *step, voi
 {
     int32_t st = moe_check_step_pair(layer, step, "moe_layer_backward_weights");
     if (st) return st;
+    if (step->state == MOE_STEP_STATE_WEIGHTS_HALF) { /* a merged step failed between the halves: the rest */
+        MOE_ENTER(en, ex, layer->ctx, stream, &layer->order);
+        const int32_t depth = layer->ctx->range_depth;
+        return moe_range_unwind(layer->ctx, depth, moe_layer_backward_weights_rest(layer, step, &ex));
+    }
     if (step->state != MOE_STEP_STATE_DATA_GRAD)
         return moe_errorf(layer->ctx, MOE_ERR_STATE, "moe_layer_backward_weights: %s",
                           step->state == MOE_STEP_STATE_DONE ? "weight gradients of this step were already added"

@@ -150,28 +150,31 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
  * without bf16 dot products: there bf16 GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where
  * bf16 x bf16 is the fast path (tensor cores; a CPU with avx512_bf16 or AMX:
  * moe_backend_bf16_gemm_fast) bf16 layers round them to bf16 first. The main gradients are fp32 either
- * way. */
-static int32_t expert_weight_grads(moe_layer *L, moe_step *step, const moe_exec *e, double beta, const void *xr)
+ * way. which = 2: FC2 (and every reservation), 1: FC1. */
+static int32_t expert_weight_grads(moe_layer *L, moe_step *step, const moe_exec *e, double beta, int which)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
     const int32_t cdt = L->ops->dtype;
     const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(L->ctx->backend);
-    const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = xr;
-    int32_t wdt = cdt;
-    if (bf16_ops && Rx > 0) {
-        const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
-        TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
-        TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
-        OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
-        OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
-        a2 = tp->wg16[0].p, b2 = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
+    const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = step->wgrad_xr;
+    int32_t wdt = bf16_ops && Rx > 0 ? MOE_DTYPE_BF16 : cdt;
+    if (which == 2) {
+        if (bf16_ops && Rx > 0) { /* both halves' bf16 scratch reserved here, before any gradient */
+            const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
+            TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
+            TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
+            OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
+            OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
+            a2 = tp->wg16[0].p, b2 = tp->wg16[1].p;
+        }
+        OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a2, wdt, b2, wdt, beta,
+           L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
+        return MOE_OK;
     }
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a2, wdt, b2, wdt, beta,
-       L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
     if (bf16_ops && Rx > 0) { /* the buffers are free again: the FC2 GEMM is queued before these converts */
         OP(convert, e, Rx * F1l, tp->dz.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
-        OP(convert, e, Rx * H, xr, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
+        OP(convert, e, Rx * H, step->wgrad_xr, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
         a1 = tp->wg16[0].p, b1 = tp->wg16[1].p;
     }
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a1, wdt, b1, wdt, beta,
@@ -197,29 +200,49 @@ static void release_backward_buffers(moe_layer *L, moe_step *step)
     moe_step_note_memory(step);
 }
 
-int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_exec *e)
+/* The weight phase in two halves, so that a merged step can spread a deferred step's weight gradients
+ * over two gaps (core/merged.c): the experts' FC2 gradient (after every reservation of the phase:
+ * nothing may fail once a gradient has been accumulated), then FC1, the router and the shared expert.
+ * Together the very ops of the one call, in its order. */
+int32_t moe_layer_backward_weights_fc2(moe_layer *L, moe_step *step, const moe_exec *e)
 {
     moe_context *ctx = L->ctx;
     moe_step_tape *tp = &step->tape;
-    const int64_t T = step->T, Rx = step->Rx, H = L->H, E = L->E, Fl = L->F_local, F1l = L->F1_local;
+    const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local;
     const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
-    const int32_t cdt = L->ops->dtype;
 
     moe_range_push(ctx, "moe.experts.backward_weights");
     /* h = p * act(z) again (cheaper than keeping [Rx,Fl] alive between the phases) */
-    OP(act_fwd, e, L->cfg.activation, Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
-    const void *xr = NULL;
-    TRY(L->disp->expert_input(L, step, e, &xr));
+    OP(act_fwd, e, L->cfg.activation, step->Rx, Fl, tp->z.p, tp->pr.p, tp->h.p);
+    TRY(L->disp->expert_input(L, step, e, &step->wgrad_xr));
     if (L->cfg.quant_recipe) { /* both operands quantised per expert along the rows (experts_quant.c) */
         /* all scratch first: nothing may fail once the first gradient has been accumulated */
         TRY(moe_expert_gemm_reduce_reserve(L, step, L->E_local, tp->xoff.p, H, Fl, MOE_QROLE_GRAD, MOE_QROLE_INPUT));
         TRY(moe_expert_gemm_reduce_reserve(L, step, L->E_local, tp->xoff.p, F1l, H, MOE_QROLE_GRAD, MOE_QROLE_INPUT));
         TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, H, Fl, tp->dyr.p, MOE_QROLE_GRAD, tp->h.p,
                                    MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl));
-        TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, F1l, H, tp->dz.p, MOE_QROLE_GRAD, xr,
+    } else {
+        TRY(expert_weight_grads(L, step, e, beta, 2));
+    }
+    moe_range_pop(ctx);
+    step->state = MOE_STEP_STATE_WEIGHTS_HALF;
+    return MOE_OK;
+}
+
+int32_t moe_layer_backward_weights_rest(moe_layer *L, moe_step *step, const moe_exec *e)
+{
+    moe_context *ctx = L->ctx;
+    moe_step_tape *tp = &step->tape;
+    const int64_t T = step->T, H = L->H, E = L->E, F1l = L->F1_local;
+    const double beta = L->grad_mode == MOE_GRAD_OVERWRITE ? 0.0 : 1.0;
+    const int32_t cdt = L->ops->dtype;
+
+    moe_range_push(ctx, "moe.experts.backward_weights");
+    if (L->cfg.quant_recipe) {
+        TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, F1l, H, tp->dz.p, MOE_QROLE_GRAD, step->wgrad_xr,
                                    MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H));
     } else {
-        TRY(expert_weight_grads(L, step, e, beta, xr));
+        TRY(expert_weight_grads(L, step, e, beta, 1));
     }
     moe_range_pop(ctx);
 
@@ -240,6 +263,13 @@ int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_
         moe_range_pop(ctx);
     }
     release_backward_buffers(L, step);
+    step->wgrad_xr = NULL;
     step->state = MOE_STEP_STATE_DONE;
     return MOE_OK;
+}
+
+int32_t moe_layer_backward_weights_impl(moe_layer *L, moe_step *step, const moe_exec *e)
+{
+    TRY(moe_layer_backward_weights_fc2(L, step, e));
+    return moe_layer_backward_weights_rest(L, step, e);
 }

@@ -83,7 +83,9 @@ typedef struct moe_state_attachment {
     void *data;      /* contiguous, the slot's local shape */
 } moe_state_attachment;
 
-enum { MOE_STEP_STATE_EMPTY = 0, MOE_STEP_STATE_FORWARD = 1, MOE_STEP_STATE_DATA_GRAD = 2, MOE_STEP_STATE_DONE = 3 };
+enum { MOE_STEP_STATE_EMPTY = 0, MOE_STEP_STATE_FORWARD = 1, MOE_STEP_STATE_DATA_GRAD = 2, MOE_STEP_STATE_DONE = 3,
+       /* inside a merged step only: the FC2 half of the weight phase ran, the rest follows in the same call */
+       MOE_STEP_STATE_WEIGHTS_HALF = 4 };
 
 /* The tape of one forward (what backward needs) plus its routing results. Buffer sizes in the
  * comments: T tokens, R permuted rows, B aux sequences. Arrays are in the compute dtype unless noted. */
@@ -158,6 +160,7 @@ struct moe_step {
     void *stream;     /* the stream of the step's last call: its buffers are freed in that order */
     int64_t T, R, B, capacity;
     int64_t Rx; /* expert rows on this rank (after dispatch) */
+    const void *wgrad_xr; /* the expert input rows between the two halves of the weight phase */
     moe_step_host host;
     moe_step_tape tape;
     /* what the step holds, in ledger bytes (moe_step_memory_stats): ACTIVATIONS and HOST */
@@ -225,6 +228,10 @@ int64_t moe_plan_rows_max(const moe_layer *L, int64_t T, int64_t C);
 int32_t moe_layer_forward_impl(moe_layer *layer, moe_step *step, int64_t T, const void *x, void *y, const moe_exec *e);
 int32_t moe_layer_backward_data_impl(moe_layer *layer, moe_step *step, const void *dy, void *dx, const moe_exec *e);
 int32_t moe_layer_backward_weights_impl(moe_layer *layer, moe_step *step, const moe_exec *e);
+/* backward_weights_impl in two halves (merged steps): the FC2 gradient after all of the phase's
+ * reservations, then the rest; fc2 then rest == impl, bitwise. */
+int32_t moe_layer_backward_weights_fc2(moe_layer *layer, moe_step *step, const moe_exec *e);
+int32_t moe_layer_backward_weights_rest(moe_layer *layer, moe_step *step, const moe_exec *e);
 void moe_step_free_tape(moe_step *step);
 
 /* The merged step (core/merged.c, moe_layer_forward_backward): the weight gradients of `wgrad`, the

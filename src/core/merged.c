@@ -129,28 +129,39 @@ static int32_t run_sequential(moe_layer *L, const moe_merged_parts *p, const moe
     return MOE_OK;
 }
 
-typedef struct weights_filler {
-    moe_lane_filler f;
+/* A step's weight phase as two fillers (backward.c): the FC2 gradient, then the rest, which runs
+ * whenever the first did (a step never keeps half of its gradients added). */
+typedef struct weights_fillers {
+    moe_lane_filler fc2, rest;
     moe_layer *L;
     moe_step *step;
     const moe_exec *e;
-} weights_filler;
+} weights_fillers;
 
-static int32_t run_weights(void *arg)
+static int32_t run_fc2(void *arg)
 {
-    weights_filler *w = arg;
+    weights_fillers *w = arg;
     moe_context *ctx = w->L->ctx;
     const int32_t depth = ctx->range_depth;
-    return moe_range_unwind(ctx, depth, moe_layer_backward_weights_impl(w->L, w->step, w->e));
+    return moe_range_unwind(ctx, depth, moe_layer_backward_weights_fc2(w->L, w->step, w->e));
 }
 
-static void filler_init(weights_filler *w, moe_layer *L, moe_step *step, const moe_exec *e)
+static int32_t run_rest(void *arg)
+{
+    weights_fillers *w = arg;
+    moe_context *ctx = w->L->ctx;
+    const int32_t depth = ctx->range_depth;
+    return moe_range_unwind(ctx, depth, moe_layer_backward_weights_rest(w->L, w->step, w->e));
+}
+
+static void fillers_add(moe_lanes *lanes, weights_fillers *w, moe_layer *L, moe_step *step, const moe_exec *e)
 {
     memset(w, 0, sizeof *w);
     w->L = L, w->step = step, w->e = e;
-    w->f.lane = MOE_LANE_BACKWARD;
-    w->f.run = run_weights;
-    w->f.arg = w;
+    w->fc2 = (moe_lane_filler){MOE_LANE_BACKWARD, run_fc2, w, NULL, 0, 0, NULL};
+    w->rest = (moe_lane_filler){MOE_LANE_BACKWARD, run_rest, w, &w->fc2, 0, 0, NULL};
+    moe_lane_add_filler(lanes, &w->fc2);
+    moe_lane_add_filler(lanes, &w->rest);
 }
 
 typedef struct forward_lane {
@@ -221,11 +232,9 @@ int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_
     lanes.regs[MOE_LANE_FORWARD].cur_stream = w->stream ? w->stream : b_stream;
     lanes.regs[MOE_LANE_FORWARD].workspace = fj.ex.workspace;
     lanes.regs[MOE_LANE_FORWARD].range_depth = depth;
-    weights_filler deferred, own;
-    if (p->wgrad) { /* first in the FIFO: accumulated before this backward's, as the separate calls do */
-        filler_init(&deferred, L, p->wgrad, e);
-        moe_lane_add_filler(&lanes, &deferred.f);
-    }
+    weights_fillers deferred, own;
+    if (p->wgrad) /* first in the FIFO: accumulated before this backward's, as the separate calls do */
+        fillers_add(&lanes, &deferred, L, p->wgrad, e);
 
     pthread_mutex_lock(&w->mu);
     w->job = run_forward_lane;
@@ -237,10 +246,8 @@ int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_
     moe_lane_begin(&lanes, MOE_LANE_BACKWARD);
     moe_range_push(ctx, "moe.merged.backward");
     int32_t st = moe_layer_backward_data_impl(L, p->bwd, p->dy, p->dx, e);
-    if (!st && !p->defer) { /* queued behind the deferred step's; run in a wait or at the end */
-        filler_init(&own, L, p->bwd, e);
-        moe_lane_add_filler(&lanes, &own.f);
-    }
+    if (!st && !p->defer) /* queued behind the deferred step's; run in a wait or at the end */
+        fillers_add(&lanes, &own, L, p->bwd, e);
     if (!st) moe_range_pop(ctx);
     st = moe_range_unwind(ctx, depth, st);
     const int32_t st_b = moe_lane_end(&lanes, MOE_LANE_BACKWARD, st);

@@ -93,8 +93,9 @@ void moe_lane_begin(moe_lanes *l, int32_t lane)
 }
 
 /* Runs the lane's next filler, if any (the turn held). Returns 1 when one ran. After a failed
- * filler none runs: the separate calls would have stopped at the first failure. */
-static int run_filler(moe_lanes *l, int32_t lane)
+ * filler none runs: the separate calls would have stopped at the first failure. With `failed` (the
+ * lane's program failed) only the fillers that complete a started piece of work run. */
+static int run_filler(moe_lanes *l, int32_t lane, int failed)
 {
     moe_lane_filler *f = l->fillers;
     for (; f; f = f->next) {
@@ -102,6 +103,7 @@ static int run_filler(moe_lanes *l, int32_t lane)
         if (!f->done && f->lane == lane) break;
     }
     if (!f) return 0;
+    if (failed && !(f->after && f->after->done && !f->after->status)) return 0;
     f->done = 1;
     f->status = f->run(f->arg);
     l->fillers_run++;
@@ -119,9 +121,8 @@ static int32_t filler_status(const moe_lanes *l, int32_t lane)
 int32_t moe_lane_end(moe_lanes *l, int32_t lane, int32_t st)
 {
     /* deferred work of a lane whose program failed stays undone: its steps keep their state */
-    if (!st)
-        while (run_filler(l, lane)) {
-        }
+    while (run_filler(l, lane, st != MOE_OK)) {
+    }
     if (!st) st = filler_status(l, lane);
     save_regs(l, lane);
     pthread_mutex_lock(&l->mu);
@@ -188,10 +189,14 @@ int32_t moe_lane_wait(moe_lane_poll poll, void *arg, int64_t timeout_ms, int32_t
         load_regs(l, me);
     }
     uint32_t it = 0;
+    int ran = 0; /* one filler per wait: deferred work spreads over the lane's gaps */
     for (;;) {
         st = poll(arg, &done);
         if (st || done) break;
-        if (l && run_filler(l, me)) continue;
+        if (l && !ran && run_filler(l, me, 0)) {
+            ran = 1;
+            continue;
+        }
         if (timeout_ms > 0 && now_ns() - t0 > timeout_ms * 1000000) {
             *timed_out = 1;
             break;

@@ -28,11 +28,14 @@
 enum { MOE_LANE_BACKWARD = 0, MOE_LANE_FORWARD = 1 };
 #define MOE_LANE_INFLIGHT 32
 
-/* One deferred piece of work a waiting lane may run (status through *st); next: FIFO order. */
+/* One deferred piece of work a waiting lane may run; next: FIFO order. A filler whose `after` ran
+ * successfully runs at the lane's end even when the lane failed (the second half of a weight phase:
+ * a step is never left with half of its gradients added). */
 typedef struct moe_lane_filler {
     int32_t lane;                      /* only this lane runs it (its stream, its exec) */
     int32_t (*run)(void *arg);
     void *arg;
+    const struct moe_lane_filler *after;
     int32_t done, status;
     struct moe_lane_filler *next;
 } moe_lane_filler;
@@ -80,7 +83,8 @@ moe_lanes *moe_lane_current(int32_t *lane);
 typedef int32_t (*moe_lane_poll)(void *arg, int32_t *done);
 int32_t moe_lane_wait(moe_lane_poll poll, void *arg, int64_t timeout_ms, int32_t *timed_out);
 
-/* Queues a filler (run FIFO, only by its lane, while that lane waits; the rest at moe_lane_end). */
+/* Queues a filler: run FIFO, only by its lane, at most one per wait while that lane's exchange is in
+ * flight (so that deferred work spreads over the gaps), the rest at moe_lane_end. */
 void moe_lane_add_filler(moe_lanes *l, moe_lane_filler *f);
 
 /* MOE_OK, or the status a collective of this lane returns because the other lane has failed: after a
