@@ -17,7 +17,9 @@
  *   - nothing crashes (the mpi CI stage runs this under ASan + UBSan);
  * and that the run after the walk (no fault) succeeds on every rank.
  * With --merged the step is forward(1), a merged call {forward 2, backward 1}, backward(2): the same
- * checks hold for the merged step's two lanes (one lane's failure stops the other's collectives).
+ * checks hold for the merged step's two lanes (one lane's failure stops the other's collectives), plus
+ * a fourth mode, alloc: the faulty rank's n-th host allocation inside the merged call fails (the
+ * engine's seam, src/base/host_alloc.h), in either lane, at every n.
  * Rank 0 prints one line per walk and "fault verdict: PASS|FAIL" (run_fault.sh reads it); ranks leave
  * with _exit, because MPI requests abandoned at a timeout would make MPI_Finalize wait.
  */
@@ -31,16 +33,18 @@
 #include <mpi.h>
 
 #include "base/error.h"
+#include "base/host_alloc.h"
 #include "comm/comm.h"
 #include "moe.h"
 
 enum { H = 16, F = 8, K = 2, T_LOCAL = 12, TIMEOUT_MS = 600, MAX_CALLS = 400 };
-enum { MODE_FAIL, MODE_STALL, MODE_GARBAGE, MODE_COUNT };
-static const char *mode_name[] = {"fail", "stall", "garbage"};
+enum { MODE_FAIL, MODE_STALL, MODE_GARBAGE, MODE_ALLOC, MODE_COUNT };
+static const char *mode_name[] = {"fail", "stall", "garbage", "alloc"};
 
 static int g_rank, g_size;
 static moe_context *g_ctx;
 static int g_merged; /* --merged: the step's forward and backward run in a merged call */
+static int g_alloc_at; /* MODE_ALLOC (--merged only): the faulty rank's n-th host allocation in the merged call fails */
 
 static double now_s(void)
 {
@@ -189,7 +193,12 @@ static int32_t step(moe_comm *world, int dispatcher)
         moe_merged_step_init(&a, sizeof a);
         a.forward_step = s2, a.x = &x, a.y = &ty2;
         a.backward_step = s, a.dy = &dy, a.dx = &dx;
+        if (g_alloc_at > 0) moe_fault_host_arm(g_alloc_at, 0);
         st = moe_layer_forward_backward(layer, &a, NULL);
+        if (g_alloc_at > 0) {
+            g_fired = moe_fault_host_fired();
+            moe_fault_host_arm(0, 0);
+        }
         if (!st) st = moe_layer_backward(layer, s2, &dy, &dx, NULL);
     } else if (!st) {
         st = moe_layer_backward(layer, s, &dy, &dx, NULL);
@@ -210,7 +219,9 @@ static int run_one(int mode, int dispatcher, int n, int *bad, char *why, size_t 
     cc.timeout_ms = TIMEOUT_MS;
     moe_comm *world = NULL;
     const int32_t created = moe_comm_create_mpi(g_ctx, &cc, NULL, &world);
-    g_mode = mode, g_calls = 0, g_fired = 0, g_fail_at = faulty ? n : 0;
+    g_mode = mode, g_calls = 0, g_fired = 0;
+    g_fail_at = faulty && mode != MODE_ALLOC ? n : 0;
+    g_alloc_at = faulty && mode == MODE_ALLOC ? n : 0;
     double t0 = now_s();
     int32_t st = created;
     if (!created) {
@@ -218,7 +229,7 @@ static int run_one(int mode, int dispatcher, int n, int *bad, char *why, size_t 
         st = step(world, dispatcher);
     }
     double dt = now_s() - t0;
-    g_fail_at = 0;
+    g_fail_at = 0, g_alloc_at = 0;
     moe_comm_destroy(world);
 
     /* the verdict over the ranks, through MPI directly (the engine's comm may be broken) */
@@ -268,6 +279,7 @@ int main(int argc, char **argv)
     for (int d = 0; d < 2 && !bad; d++) {
         const int dispatcher = d ? MOE_DISPATCHER_ALL_GATHER : MOE_DISPATCHER_ALL_TO_ALL;
         for (int mode = 0; mode < MODE_COUNT && !bad; mode++) {
+            if (mode == MODE_ALLOC && !g_merged) continue; /* the separate calls' walk is test_fault_injection's */
             const int stride = mode == MODE_STALL ? 3 : 1;
             int n = 1, walked = 0;
             double t0 = now_s();
