@@ -49,47 +49,9 @@
 
 #include <moe.h>
 
+#include "mpi_bench.h"
+
 static int g_rank, g_size;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double max_over_ranks(double v)
-{
-    double m = 0;
-    MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return m;
-}
-
-static void die(moe_context *ctx, const char *what, int32_t st)
-{
-    char buf[512];
-    if (ctx) moe_context_last_error(ctx, buf, sizeof buf);
-    else moe_last_error(buf, sizeof buf);
-    fprintf(stderr, "rank %d: %s failed: %s: %s\n", g_rank, what, moe_status_name(st), buf);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-#define CHECK(ctx, what, expr)                                                                                       \
-    do {                                                                                                             \
-        int32_t st_ = (expr);                                                                                        \
-        if (st_ != MOE_OK) die(ctx, what, st_);                                                                      \
-    } while (0)
 
 /* ---------------------------------------------------------------- trace: ranges by thread */
 enum { MAX_EVENTS = 4096, MAX_THREADS = 4, MAX_DEPTH = 32 };
