@@ -11,8 +11,8 @@
  * (F forward, D backward_data, W backward_weights; [W(i-1)] and the deferred forms only with defer.)
  *
  * Cases cover both dispatchers, dropless and capacity, shared experts, chunked exchanges, recompute,
- * offload, FP8 storage, expert bias, deferred and immediate weight gradients, over every (EP, ETP)
- * layout the world size allows. With EP or ETP > 1 the merged step must really run as two lanes: a
+ * offload, FP8 storage, FP8 expert GEMMs, expert bias, deferred and immediate weight gradients, over
+ * every (EP, ETP) layout the world size allows. With EP or ETP > 1 the merged step must really run as two lanes: a
  * profiler records which thread pushed each range; with an EP all-to-all the forward half
  * ("moe.merged.forward") must come from another thread than the caller's, its span overlapping the
  * backward half's.
@@ -34,7 +34,7 @@ enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_LOCAL = 20, N_MB = 4, MSG = 512 };
 
 typedef struct test_case {
     const char *name;
-    int ep, etp, dispatcher, capacity, shared, chunks, recompute, offload, fp8, bias, defer;
+    int ep, etp, dispatcher, capacity, shared, chunks, recompute, offload, fp8, bias, defer; /* fp8: 1 storage, 2 GEMMs */
 } test_case;
 
 static int g_rank, g_size;
@@ -144,7 +144,8 @@ static int32_t make_layer(const test_case *c, moe_context *ctx, const comms *cm,
         cfg.recompute = (c->ep * c->etp > 1 ? MOE_LAYER_RECOMPUTE_EXPERT_FC1 : MOE_LAYER_RECOMPUTE_EXPERT_MLP) |
                         MOE_LAYER_RECOMPUTE_ROUTER;
     if (c->offload) cfg.offload = MOE_LAYER_OFFLOAD_EXPERT_FC1 | MOE_LAYER_OFFLOAD_INPUT;
-    if (c->fp8) cfg.fp8_storage = MOE_LAYER_FP8_STORE_EXPERT_FC1;
+    if (c->fp8 == 1) cfg.fp8_storage = MOE_LAYER_FP8_STORE_EXPERT_FC1;
+    if (c->fp8 == 2) cfg.quant_recipe = MOE_QUANT_FP8_TENSORWISE; /* FP8 expert GEMMs */
     if (c->bias) cfg.expert_bias = 1, cfg.bias_update_rate = 0.01f, cfg.score_function = MOE_SCORE_SIGMOID;
     moe_parallel_config par;
     moe_parallel_config_init(&par, sizeof par);
@@ -335,6 +336,7 @@ int main(int argc, char **argv)
         {"a2a-chunks3-defer", 0, 0, MOE_DISPATCHER_ALL_TO_ALL, 0, 1, 3, 0, 0, 0, 0, 1},
         {"a2a-recompute-offload", 0, 0, MOE_DISPATCHER_ALL_TO_ALL, 0, 0, 0, 1, 1, 0, 0, 1},
         {"a2a-fp8-cap", 0, 0, MOE_DISPATCHER_ALL_TO_ALL, 1, 0, 0, 0, 0, 1, 0, 0},
+        {"a2a-fp8gemm-chunks2-defer", 0, 0, MOE_DISPATCHER_ALL_TO_ALL, 0, 1, 2, 0, 0, 2, 0, 1},
         {"ag", 0, 0, MOE_DISPATCHER_ALL_GATHER, 0, 0, 0, 0, 0, 0, 0, 0},
         {"ag-cap-shared-defer", 0, 0, MOE_DISPATCHER_ALL_GATHER, 1, 1, 0, 0, 0, 0, 1, 1},
         {"ag-recompute-fp8", 0, 0, MOE_DISPATCHER_ALL_GATHER, 0, 0, 0, 1, 0, 1, 0, 1},
