@@ -94,7 +94,9 @@ MOE_API size_t moe_last_error(char *buf, size_t cap);
 /* Every hook table: struct_size first, user_data passed first to every callback, release(user_data)
  * called exactly once when the context that copied the table is destroyed. NULL entries fall back to
  * the engine's defaults (a create that fails calls no release: the host still owns user_data).
- * Callbacks run on the calling thread and must not unwind across the boundary. */
+ * Callbacks run on the calling thread and must not unwind across the boundary. The one exception is a
+ * merged step that runs two lanes (moe_layer_forward_backward): its forward half's callbacks run on a
+ * thread of the layer, never at the same time as the caller's. */
 typedef struct moe_allocator {
     uint32_t struct_size;
     uint32_t reserved;
@@ -565,8 +567,9 @@ MOE_API int32_t moe_layer_reset_global_aux(moe_layer *layer);
  *    call return MOE_ERR_TIMEOUT, and the comm is then broken (every later call fails at once). One
  *    window remains on MPI: MPI_Comm_split has no non-blocking form, so moe_comm_split first passes a
  *    timed barrier, and a peer that dies between that barrier and the split blocks it.
- *  - hooks: timeout_ms is not enforced. The engine calls the host's hooks on the calling thread and
- *    cannot interrupt them, so a call waits as long as a hook blocks: the hooks own their timeouts. A
+ *  - hooks: timeout_ms is not enforced. The engine calls the host's hooks on the calling thread (in a
+ *    two-lane merged step, the forward half's on the layer's thread, never two at once) and cannot
+ *    interrupt them, so a call waits as long as a hook blocks: the hooks own their timeouts. A
  *    hook that returns non-zero fails the call with MOE_ERR_CALLBACK and breaks the comm. */
 typedef struct moe_comm moe_comm;
 
