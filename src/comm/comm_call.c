@@ -28,8 +28,13 @@ static int32_t settle_other_comms(moe_lanes *l, moe_comm *c)
         uint32_t it = 0;
         while (!done) {
             TRY(o->ops->test(o, l->inflight_req[i], &done));
-            if (!done && o->timeout_ms > 0 && moe_comm_now_ns() - t0 > (int64_t)o->timeout_ms * 1000000)
-                return o->ops->wait(o, l->inflight_req[i]) ? MOE_ERR_TIMEOUT : MOE_OK; /* reports the timeout */
+            if (!done && o->timeout_ms > 0 && moe_comm_now_ns() - t0 > (int64_t)o->timeout_ms * 1000000) {
+                /* the request stays its owner's (its wait frees it); this issue fails, o is unusable */
+                moe_comm_mark_broken(o);
+                return moe_errorf(c->ctx, MOE_ERR_TIMEOUT, "an exchange on another communicator (%s) did not complete "
+                                  "within %d ms; no operation may be issued on this one while it is in flight",
+                                  moe_comm_kind_name(o->kind), o->timeout_ms);
+            }
             moe_comm_backoff(&it);
         }
     }
