@@ -62,8 +62,8 @@ struct moe_comm {
 
 /* The engine's calls of a comm (comm_call.c): everything outside src/comm calls these, never c->ops
  * directly. Outside a merged step each is the c->ops call. Inside one (runtime/lanes.h) a lane issues
- * nothing once the other lane has failed; a blocking all-to-all becomes start + wait; and every wait
- * passes the turn to the other lane while the bytes are in flight. Arguments as in moe_comm_ops. */
+ * nothing once the other lane has failed, and every wait of a started exchange passes the turn to the
+ * other lane while the bytes are in flight (blocking calls keep it). Arguments as in moe_comm_ops. */
 int32_t moe_comm_all_to_all_v(moe_comm *c, const void *send, const int64_t *send_bytes, const int64_t *send_offsets,
                               void *recv, const int64_t *recv_bytes, const int64_t *recv_offsets, const moe_exec *ex);
 int32_t moe_comm_all_to_all_v_start(moe_comm *c, const void *send, const int64_t *send_bytes,

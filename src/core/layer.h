@@ -249,8 +249,6 @@ typedef struct moe_merged_parts {
     int32_t defer;
 } moe_merged_parts;
 int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_exec *e);
-/* Counters of the layer's last merged step (tests): turns handed over at waits, fillers run in waits. */
-void moe_layer_merged_counters(const moe_layer *L, int64_t *handovers, int64_t *fillers);
 /* Stops and frees the layer's merged-step thread (layer teardown). */
 void moe_merged_worker_free(moe_layer *L);
 /* Recounts what the step holds (after its buffers changed) and updates its peaks. */

@@ -36,7 +36,6 @@ struct moe_merged_worker {
     moe_context *ctx;
     void *stream;            /* asynchronous backends: the forward lane's stream */
     void *ev_start, *ev_end; /* the caller's stream -> stream, and back */
-    int64_t handovers, fillers;
 };
 
 static void *worker_main(void *arg)
@@ -260,8 +259,6 @@ int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_
     ctx->cur_stream = b_stream;
     ctx->workspace = b_ws;
     ctx->range_depth = depth;
-    w->handovers = lanes.handovers;
-    w->fillers = lanes.fillers_run;
     int32_t st_join = MOE_OK;
     if (w->stream) { /* later work on the caller's stream (and the forward's workspace slot) after the forward */
         st_join = link_streams(ctx, &fj.ex, w->ev_end, e);
@@ -279,10 +276,4 @@ int32_t moe_layer_merged_run(moe_layer *L, const moe_merged_parts *p, const moe_
     }
     moe_lanes_destroy(&lanes);
     return st_out ? st_out : st_join;
-}
-
-void moe_layer_merged_counters(const moe_layer *L, int64_t *handovers, int64_t *fillers)
-{
-    *handovers = L->merged ? L->merged->handovers : 0;
-    *fillers = L->merged ? L->merged->fillers : 0;
 }

@@ -106,7 +106,6 @@ static int run_filler(moe_lanes *l, int32_t lane, int failed)
     if (failed && !(f->after && f->after->done && !f->after->status)) return 0;
     f->done = 1;
     f->status = f->run(f->arg);
-    l->fillers_run++;
     return 1;
 }
 
@@ -132,7 +131,6 @@ int32_t moe_lane_end(moe_lanes *l, int32_t lane, int32_t st)
         if (l->first_failed < 0) l->first_failed = lane;
     }
     pass_turn(l, lane);
-    pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     moe_error_redirect(NULL);
     tls_lanes = NULL;
@@ -182,7 +180,6 @@ int32_t moe_lane_wait(moe_lane_poll poll, void *arg, int64_t timeout_ms, int32_t
         moe_range_push(l->ctx, "moe.merged.wait"); /* the timeline: where this lane waited on an exchange */
         save_regs(l, me);
         pthread_mutex_lock(&l->mu);
-        if (!l->finished[1 - me]) l->handovers++;
         pass_turn(l, me);
         await_turn(l, me);
         pthread_mutex_unlock(&l->mu);

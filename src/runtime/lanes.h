@@ -48,8 +48,6 @@ typedef struct moe_lanes {
     int32_t finished[2];
     int32_t failed[2];   /* the lane's program returned an error */
     int32_t first_failed; /* -1, or the lane whose error came first */
-    int64_t handovers;   /* turns passed at waits (tests: a merged step that never overlapped fails) */
-    int64_t fillers_run; /* fillers a waiting lane ran */
     struct {
         void *cur_stream, *workspace;
         int32_t range_depth;
