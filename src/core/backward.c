@@ -145,39 +145,51 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
     return MOE_OK;
 }
 
-/* The unquantised expert weight gradients: dW2_e += dY_e^T h_e, dW1_e += dz_e^T x_e. Both operands are
- * activations in the compute dtype, for bf16 layers too, where the backend's fast path is fp32 (a CPU
- * without bf16 dot products: there bf16 GEMMs only lost time, bench/RESULTS.md "bf16 GEMMs"); where
- * bf16 x bf16 is the fast path (tensor cores; a CPU with avx512_bf16 or AMX:
- * moe_backend_bf16_gemm_fast) bf16 layers round them to bf16 first. The main gradients are fp32 either
- * way. which = 2: FC2 (and every reservation), 1: FC1. */
-static int32_t expert_weight_grads(moe_layer *L, moe_step *step, const moe_exec *e, double beta, int which)
+/* The unquantised expert weight gradients: dW2_e += dY_e^T h_e (fc2), dW1_e += dz_e^T x_e (fc1). Both
+ * operands are activations in the compute dtype, for bf16 layers too, where the backend's fast path is
+ * fp32 (a CPU without bf16 dot products: there bf16 GEMMs only lost time, bench/RESULTS.md "bf16
+ * GEMMs"); where bf16 x bf16 is the fast path (tensor cores; a CPU with avx512_bf16 or AMX:
+ * moe_backend_bf16_gemm_fast) bf16 layers round them to bf16 first, into tape.wg16. The main gradients
+ * are fp32 either way. */
+static int wgrad_in_bf16(const moe_layer *L, const moe_step *step)
+{
+    return L->dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(L->ctx->backend) && step->Rx > 0;
+}
+
+/* FC2; it also reserves FC1's bf16 scratch, so that nothing may fail once a gradient has been added. */
+static int32_t expert_fc2_grad(moe_layer *L, moe_step *step, const moe_exec *e, double beta)
 {
     moe_step_tape *tp = &step->tape;
     const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
     const int32_t cdt = L->ops->dtype;
-    const int bf16_ops = L->dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(L->ctx->backend);
-    const void *a2 = tp->dyr.p, *b2 = tp->h.p, *a1 = tp->dz.p, *b1 = step->wgrad_xr;
-    int32_t wdt = bf16_ops && Rx > 0 ? MOE_DTYPE_BF16 : cdt;
-    if (which == 2) {
-        if (bf16_ops && Rx > 0) { /* both halves' bf16 scratch reserved here, before any gradient */
-            const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
-            TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
-            TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
-            OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
-            OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
-            a2 = tp->wg16[0].p, b2 = tp->wg16[1].p;
-        }
-        OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a2, wdt, b2, wdt, beta,
-           L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
-        return MOE_OK;
+    const void *a = tp->dyr.p, *b = tp->h.p;
+    int32_t wdt = cdt;
+    if (wgrad_in_bf16(L, step)) {
+        const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
+        TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
+        TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
+        OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
+        OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
+        a = tp->wg16[0].p, b = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
     }
-    if (bf16_ops && Rx > 0) { /* the buffers are free again: the FC2 GEMM is queued before these converts */
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a, wdt, b, wdt, beta,
+       L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
+    return MOE_OK;
+}
+
+static int32_t expert_fc1_grad(moe_layer *L, moe_step *step, const moe_exec *e, double beta)
+{
+    moe_step_tape *tp = &step->tape;
+    const int64_t Rx = step->Rx, H = L->H, F1l = L->F1_local;
+    const int32_t cdt = L->ops->dtype;
+    const void *a = tp->dz.p, *b = step->wgrad_xr;
+    int32_t wdt = cdt;
+    if (wgrad_in_bf16(L, step)) { /* the buffers are free again: the FC2 GEMM is queued before these converts */
         OP(convert, e, Rx * F1l, tp->dz.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
         OP(convert, e, Rx * H, step->wgrad_xr, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
-        a1 = tp->wg16[0].p, b1 = tp->wg16[1].p;
+        a = tp->wg16[0].p, b = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
     }
-    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a1, wdt, b1, wdt, beta,
+    OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a, wdt, b, wdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H);
     return MOE_OK;
 }
@@ -222,7 +234,7 @@ int32_t moe_layer_backward_weights_fc2(moe_layer *L, moe_step *step, const moe_e
         TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, H, Fl, tp->dyr.p, MOE_QROLE_GRAD, tp->h.p,
                                    MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl));
     } else {
-        TRY(expert_weight_grads(L, step, e, beta, 2));
+        TRY(expert_fc2_grad(L, step, e, beta));
     }
     moe_range_pop(ctx);
     step->state = MOE_STEP_STATE_WEIGHTS_HALF;
@@ -242,7 +254,7 @@ int32_t moe_layer_backward_weights_rest(moe_layer *L, moe_step *step, const moe_
         TRY(moe_expert_gemm_reduce(L, step, e, L->E_local, tp->xoff.p, F1l, H, tp->dz.p, MOE_QROLE_GRAD, step->wgrad_xr,
                                    MOE_QROLE_INPUT, beta, L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H));
     } else {
-        TRY(expert_weight_grads(L, step, e, beta, 1));
+        TRY(expert_fc1_grad(L, step, e, beta));
     }
     moe_range_pop(ctx);
 
