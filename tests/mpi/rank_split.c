@@ -21,6 +21,21 @@ void rs_slices(int size, int zero_last, int64_t total, int64_t *count, int64_t *
     for (int r = 1; r < size; r++) first[r] = first[r - 1] + count[r - 1];
 }
 
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void rs_fill_uniform(float *x, int64_t n, uint64_t seed, double lo, double hi)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t z = mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1);
+        x[i] = (float)(lo + (hi - lo) * ((double)(z >> 11) / 9007199254740992.0));
+    }
+}
+
 double rs_rel_err(const float *a, const float *ref, int64_t n)
 {
     double num = 0, den = 0;

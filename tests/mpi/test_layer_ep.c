@@ -63,21 +63,6 @@ typedef struct test_case {
 static int g_rank, g_size;
 
 /* ---------------------------------------------------------------- data */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void fill_uniform(float *x, int64_t n, uint64_t seed, double lo, double hi)
-{
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t z = mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1);
-        x[i] = (float)(lo + (hi - lo) * ((double)(z >> 11) / 9007199254740992.0));
-    }
-}
-
 /* This run's slices of the global tokens (rank_split.h). */
 static void slices(const test_case *c, int64_t *count, int64_t *first)
 {
@@ -463,8 +448,8 @@ static int run_case(const test_case *c)
     const int64_t n1 = (int64_t)El * 2 * Fl * H, n2 = (int64_t)El * H * Fl;
 
     float *xg = malloc(sizeof(float) * T_GLOB * H), *dyg = malloc(sizeof(float) * T_GLOB * H);
-    fill_uniform(xg, (int64_t)T_GLOB * H, 11, -1, 1);
-    fill_uniform(dyg, (int64_t)T_GLOB * H, 12, -1, 1);
+    rs_fill_uniform(xg, (int64_t)T_GLOB * H, 11, -1, 1);
+    rs_fill_uniform(dyg, (int64_t)T_GLOB * H, 12, -1, 1);
     for (int t = 0; t < T_GLOB; t++) xg[t * H] += 1.5f; /* feature 0 in [0.5, 2.5): EXPERT_DEAD's logit <= -20 */
     float *y = calloc((size_t)(T * H) + 1, sizeof(float)), *dx = calloc((size_t)(T * H) + 1, sizeof(float));
     float *g_router = malloc(sizeof(float) * E * H), *g1 = malloc(sizeof(float) * (size_t)n1);

@@ -29,6 +29,8 @@
 #include <mpi.h>
 #include <moe.h>
 
+#include "rank_split.h"
+
 enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T_LOCAL = 20, N_MB = 4, MSG = 512 };
 #define TIMEOUT_MS 20000
 
@@ -38,21 +40,6 @@ typedef struct test_case {
 } test_case;
 
 static int g_rank, g_size;
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void fill(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++) {
-        uint64_t z = mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1);
-        x[i] = (float)(-1.0 + 2.0 * ((double)(z >> 11) / 9007199254740992.0));
-    }
-}
 
 /* ---------------------------------------------------------------- the profiler: ranges by thread */
 typedef struct span {
@@ -182,8 +169,8 @@ static int32_t run_schedule(const test_case *c, int merged, moe_context *ctx, co
 {
     static float x[N_MB][T_LOCAL * H], dy[N_MB][T_LOCAL * H];
     for (int i = 0; i < N_MB; i++) {
-        fill(x[i], T_LOCAL * H, 1000u + 31u * (uint64_t)g_rank + (uint64_t)i);
-        fill(dy[i], T_LOCAL * H, 5000u + 37u * (uint64_t)g_rank + (uint64_t)i);
+        rs_fill_uniform(x[i], T_LOCAL * H, 1000u + 31u * (uint64_t)g_rank + (uint64_t)i, -1, 1);
+        rs_fill_uniform(dy[i], T_LOCAL * H, 5000u + 37u * (uint64_t)g_rank + (uint64_t)i, -1, 1);
     }
     moe_layer *L = NULL;
     moe_step *s[N_MB] = {0};

@@ -29,6 +29,8 @@
 #include "devsim_check.h"
 #include "devsim_control.h"
 
+#include "../../mpi/rank_split.c" /* rs_fill_uniform (no MPI in it) */
+
 enum { H = 16, F = 8, E = 8, K = 2, FS = 8, T = 24, N_MB = 4, MAXR = 4, MSG = 1024 };
 #define TIMEOUT_MS 60000
 
@@ -52,20 +54,6 @@ typedef struct shared_run {
     run_out *out[MAXR][2];
     int64_t collectives[2];
 } shared_run;
-
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void fill(float *x, int64_t n, uint64_t seed)
-{
-    for (int64_t i = 0; i < n; i++)
-        x[i] = (float)(-1.0 + 2.0 * ((double)(mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)i + 1) >> 11) /
-                                     9007199254740992.0));
-}
 
 static void tensor(DLTensor *t, int64_t *shape, void *data, int dev)
 {
@@ -120,9 +108,9 @@ static int32_t schedule(shared_run *sr, int rank, moe_context *ctx, moe_comm *ep
             snprintf(msg, MSG, "cudaMalloc failed");
             break;
         }
-        fill(h, T * H, 100u + 13u * (uint64_t)rank + (uint64_t)i);
+        rs_fill_uniform(h, T * H, 100u + 13u * (uint64_t)rank + (uint64_t)i, -1, 1);
         cudaMemcpy(d[0][i], h, bytes, cudaMemcpyHostToDevice);
-        fill(h, T * H, 900u + 17u * (uint64_t)rank + (uint64_t)i);
+        rs_fill_uniform(h, T * H, 900u + 17u * (uint64_t)rank + (uint64_t)i, -1, 1);
         cudaMemcpy(d[2][i], h, bytes, cudaMemcpyHostToDevice);
         tensor(&tx[i], shp[0][i], d[0][i], rank), tensor(&ty[i], shp[1][i], d[1][i], rank);
         tensor(&tdy[i], shp[2][i], d[2][i], rank), tensor(&tdx[i], shp[3][i], d[3][i], rank);
