@@ -158,6 +158,7 @@ int main(int argc, char **argv)
         CHECK_CUDA(cudaMemcpy(da, h, sizeof(float) * (size_t)na, cudaMemcpyHostToDevice));
         for (int64_t i = 0; i < nb; i++) h[i] = ((float)rand() / RAND_MAX * 2.0f - 1.0f) * 0.05f;
         CHECK_CUDA(cudaMemcpy(db, h, sizeof(float) * (size_t)nb, cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaDeviceSynchronize()); /* pageable copies land after return; ex.stream does not wait for them */
         free(h);
         gpu_dense_result dense;
         gpu_dense_gemm(s->m, s->n, s->k, 2, iters, ex.stream, &dense);

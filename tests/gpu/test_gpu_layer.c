@@ -107,6 +107,8 @@ static void *dev_from(const side *s, const void *host, size_t bytes)
     void *p = NULL;
     ck_assert_int_eq(cudaMalloc(&p, bytes), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    /* a pageable copy returns before it lands; the layer's non-blocking stream does not wait for it */
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     return p;
 }
 static void to_host(const side *s, void *host, const void *p, size_t bytes)
@@ -141,6 +143,7 @@ static void copy_params(side *from, side *to)
         void *host = malloc(n);
         to_host(from, host, a->dl_tensor.data, n);
         if (to->cuda) ck_assert_int_eq(cudaMemcpy(b->dl_tensor.data, host, n, cudaMemcpyHostToDevice), cudaSuccess);
+        if (to->cuda) ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess); /* as in dev_from */
         else memcpy(b->dl_tensor.data, host, n);
         free(host);
         a->deleter(a);

@@ -8,6 +8,7 @@
  * equal bitwise.
  * Prints one line per failed check and "N passed, M failed" last.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,7 @@ static int32_t train(moe_layer *l, int k, float *y)
     cudaMalloc((void **)&dy_d, bytes), cudaMalloc((void **)&dx_d, bytes);
     cudaMemcpy(x_d, x, bytes, cudaMemcpyHostToDevice);
     cudaMemcpy(dy_d, dy, bytes, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize(); /* pageable copies return before they land; the layer's stream does not wait for them */
     int64_t shape[2] = {T, H};
     tu_tensor tx, ty, tdy, tdx;
     tu_tensor_f32(&tx, x_d, 2, shape), tu_tensor_f32(&ty, y_d, 2, shape);
@@ -191,6 +193,9 @@ int main(void)
     for (int k = 2; k < 4; k++) {
         CHECK(train(ga, k, ya) == MOE_OK && train(gb, k, yb) == MOE_OK, "training: %s", err(gpu));
         CHECK(memcmp(ya, yb, sizeof ya) == 0, "step %d: the resumed output differs", k);
+        int finite = 1; /* equal NaNs would hide an input that had not landed (fresh device memory is NaN) */
+        for (int i = 0; i < T * H; i++) finite = finite && isfinite(ya[i]);
+        CHECK(finite, "step %d: the output is not finite", k);
     }
     moe_layer_destroy(ga), moe_layer_destroy(gb);
     moe_layer_destroy(c1), moe_layer_destroy(g1), moe_layer_destroy(c2), moe_layer_destroy(g2);

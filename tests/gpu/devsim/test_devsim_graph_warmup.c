@@ -217,11 +217,17 @@ END_TEST
  * activations before A's backward reads them). A's and B's gradients must equal those of each
  * micro-batch run alone. Caught the mutant "graph key from the tape sizes only"
  * (docs/devsim-mutations.md, #18). */
-/* The context's stream is non-blocking: the legacy stream's copies wait for nothing queued there. */
+/* The context's stream is non-blocking: the legacy stream's copies wait for nothing queued there, and
+ * nothing queued there waits for them. So synchronise on both sides: before, for the engine's work to
+ * have landed; after, because a pageable host-to-device cudaMemcpy "will return once the pageable
+ * buffer has been copied to the staging memory ... but the DMA to final destination may not have
+ * completed" (CUDA Runtime API, "API synchronization behavior"): the next forward would read a
+ * half-written x. The device simulator caught exactly that (B's forward read rows of A's input). */
 static cudaError_t sync_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
     cudaError_t e = cudaDeviceSynchronize();
-    return e ? e : cudaMemcpy(dst, src, n, k);
+    if (!e) e = cudaMemcpy(dst, src, n, k);
+    return e ? e : cudaDeviceSynchronize();
 }
 
 static void run_alone(fixture *f, moe_step *s, const float *xh, float *dxh)

@@ -118,6 +118,8 @@ static int32_t schedule(shared_run *sr, int rank, moe_context *ctx, moe_comm *ep
         if (st) fail_msg(ctx, msg, "moe_step_create");
     }
     free(h);
+    /* pageable H2D copies return before they land; the layer's non-blocking stream does not wait for them */
+    if (!st && cudaDeviceSynchronize() != cudaSuccess) st = MOE_ERR_BACKEND, snprintf(msg, MSG, "cudaDeviceSynchronize");
     pthread_barrier_wait(&sr->bar);
     const int64_t before = moe_devsim_calls("collective");
     pthread_barrier_wait(&sr->bar);

@@ -75,6 +75,8 @@ static void *device_copy(const float *host, size_t n)
     void *p = NULL;
     if (cudaMalloc(&p, n * sizeof *host) != cudaSuccess) return NULL;
     if (cudaMemcpy(p, host, n * sizeof *host, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
+    /* the pageable copy returns before it lands; the layer's non-blocking stream does not wait for it */
+    if (cudaDeviceSynchronize() != cudaSuccess) return NULL;
     return p;
 }
 
