@@ -428,8 +428,9 @@ extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cud
                                                                    (const unsigned char *)src + n);
         /* The DMA lands late, always: five times the streams' longest random delay (1 ms by default),
          * so that work on a non-blocking stream that reads dst without synchronising first reads the
-         * old bytes in nearly every run, not in one run of many (a test that did so passed 19 runs in
-         * 20). With delays off (MOE_DEVSIM_DELAY_US=0) it lands as soon as the stream gets to it. */
+         * old bytes in nearly every run, not in one of many (test_devsim_graph_warmup did so and failed
+         * 0 of 20 runs at the default delays, 3 of 30 at 1.5 ms). With delays off
+         * (MOE_DEVSIM_DELAY_US=0) it lands as soon as the stream gets to it. */
         const int late_us = 5 * st.max_delay_us;
         run = [dst, staged, late_us]() {
             if (late_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(late_us));
