@@ -165,7 +165,8 @@ static int32_t expert_fc2_grad(moe_layer *L, moe_step *step, const moe_exec *e, 
     const void *a = tp->dyr.p, *b = tp->h.p;
     int32_t wdt = cdt;
     if (wgrad_in_bf16(L, step)) {
-        const int64_t w = (H > F1l ? H : F1l) > Fl ? (H > F1l ? H : F1l) : Fl;
+        int64_t w = H > F1l ? H : F1l; /* the widest of the four operands: dY [Rx,H], h [Rx,Fl], dz, x */
+        if (Fl > w) w = Fl;
         TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
         TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
         OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
