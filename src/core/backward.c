@@ -101,6 +101,7 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
     }
     if (L->dtype != cdt) TRY(moe_step_need(step, &tp->dxtmp, T * H, es));
     TRY(moe_experts_reserve(L, step, Rx)); /* z (kept, or rebuilt below), and the scratch h and rows */
+    TRY(moe_experts_reserve_grads16(L, step)); /* bf16 dY_r and dz for bf16 layers on bf16 hardware */
     TRY(moe_offload_before_backward(L, step, e)); /* before the recompute: it may read the offloaded input */
     TRY(moe_fp8_load_before_backward(L, step, e));
     TRY(recompute_for_backward(L, step, e));
@@ -149,29 +150,20 @@ int32_t moe_layer_backward_data_impl(moe_layer *L, moe_step *step, const void *d
  * operands are activations in the compute dtype, for bf16 layers too, where the backend's fast path is
  * fp32 (a CPU without bf16 dot products: there bf16 GEMMs only lost time, bench/RESULTS.md "bf16
  * GEMMs"); where bf16 x bf16 is the fast path (tensor cores; a CPU with avx512_bf16 or AMX:
- * moe_backend_bf16_gemm_fast) bf16 layers round them to bf16 first, into tape.wg16. The main gradients
- * are fp32 either way. */
-static int wgrad_in_bf16(const moe_layer *L, const moe_step *step)
-{
-    return L->dtype == MOE_DTYPE_BF16 && moe_backend_bf16_gemm_fast(L->ctx->backend) && step->Rx > 0;
-}
-
-/* FC2; it also reserves FC1's bf16 scratch, so that nothing may fail once a gradient has been added. */
+ * moe_backend_bf16_gemm_fast) bf16 layers multiply bf16 copies (step->grads16): dY_r and dz were
+ * rounded once by the data phase (tape.wg16, shared with their data-gradient GEMMs), h and x are
+ * rounded here into tape.rows, whose dx rows combine_grad has consumed (it is [Rx, max(H, F1l)] in the
+ * compute dtype: room for [Rx,Fl] or [Rx,H] bf16). The main gradients are fp32 either way. */
 static int32_t expert_fc2_grad(moe_layer *L, moe_step *step, const moe_exec *e, double beta)
 {
     moe_step_tape *tp = &step->tape;
-    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
+    const int64_t Rx = step->Rx, H = L->H, Fl = L->F_local;
     const int32_t cdt = L->ops->dtype;
     const void *a = tp->dyr.p, *b = tp->h.p;
     int32_t wdt = cdt;
-    if (wgrad_in_bf16(L, step)) {
-        int64_t w = H > F1l ? H : F1l; /* the widest of the four operands: dY [Rx,H], h [Rx,Fl], dz, x */
-        if (Fl > w) w = Fl;
-        TRY(moe_step_need(step, &tp->wg16[0], Rx * w, 2));
-        TRY(moe_step_need(step, &tp->wg16[1], Rx * w, 2));
-        OP(convert, e, Rx * H, tp->dyr.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
-        OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
-        a = tp->wg16[0].p, b = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
+    if (step->grads16) {
+        OP(convert, e, Rx * Fl, tp->h.p, cdt, tp->rows.p, MOE_DTYPE_BF16);
+        a = tp->wg16[0].p, b = tp->rows.p, wdt = MOE_DTYPE_BF16;
     }
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, H, Fl, 1.0, a, wdt, b, wdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC2].p, H * Fl);
@@ -185,10 +177,9 @@ static int32_t expert_fc1_grad(moe_layer *L, moe_step *step, const moe_exec *e, 
     const int32_t cdt = L->ops->dtype;
     const void *a = tp->dz.p, *b = step->wgrad_xr;
     int32_t wdt = cdt;
-    if (wgrad_in_bf16(L, step)) { /* the buffers are free again: the FC2 GEMM is queued before these converts */
-        OP(convert, e, Rx * F1l, tp->dz.p, cdt, tp->wg16[0].p, MOE_DTYPE_BF16);
-        OP(convert, e, Rx * H, step->wgrad_xr, cdt, tp->wg16[1].p, MOE_DTYPE_BF16);
-        a = tp->wg16[0].p, b = tp->wg16[1].p, wdt = MOE_DTYPE_BF16;
+    if (step->grads16) { /* rows is free again: the FC2 GEMM that read it is queued before this convert */
+        OP(convert, e, Rx * H, step->wgrad_xr, cdt, tp->rows.p, MOE_DTYPE_BF16);
+        a = tp->wg16[1].p, b = tp->rows.p, wdt = MOE_DTYPE_BF16;
     }
     OP(gemm_grouped_reduce, e, L->E_local, tp->xoff.p, F1l, H, 1.0, a, wdt, b, wdt, beta,
        L->grad[MOE_PARAM_EXPERT_FC1].p, F1l * H);

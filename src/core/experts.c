@@ -14,6 +14,20 @@ int32_t moe_experts_reserve(moe_layer *L, moe_step *s, int64_t Rx)
     return MOE_OK;
 }
 
+int32_t moe_experts_reserve_grads16(moe_layer *L, moe_step *s)
+{
+    moe_step_tape *tp = &s->tape;
+    const int64_t Rx = s->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
+    s->grads16 = L->dtype == MOE_DTYPE_BF16 && !L->cfg.quant_recipe && Rx > 0 &&
+                 moe_backend_bf16_gemm_fast(L->ctx->backend);
+    if (!s->grads16) return MOE_OK;
+    int64_t w = H > F1l ? H : F1l; /* both as wide as the widest operand the weight phase had them hold */
+    if (Fl > w) w = Fl;
+    TRY(moe_step_need(s, &tp->wg16[0], Rx * w, 2));
+    TRY(moe_step_need(s, &tp->wg16[1], Rx * w, 2));
+    return MOE_OK;
+}
+
 static int32_t poll(const moe_progress *pg) { return pg ? pg->poll(pg->arg) : MOE_OK; }
 
 /* Pointer to row r of a [*, w] compute-dtype buffer. */
@@ -21,6 +35,9 @@ static void *row(const moe_layer *L, void *base, int64_t r, int64_t w)
 {
     return (char *)base + (size_t)(r * w) * L->ops->elem_size;
 }
+
+/* Pointer to row r of a [*, w] bf16 buffer. */
+static void *bf16_row(void *base, int64_t r, int64_t w) { return (char *)base + (size_t)(r * w) * 2; }
 
 /* Expert j's block of a weight slot (stride elements per expert, in the weight's storage dtype, which
  * the GEMM ops take as it is: bf16 for bf16 layers). */
@@ -78,18 +95,30 @@ int32_t moe_experts_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, 
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
     const int32_t w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
-                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
+                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2), cdt = L->ops->dtype;
     const int64_t step = pg ? 1 : j1 - j0;
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, Fl, H, tp->dyr.p, MOE_QROLE_GRAD,
-                                 weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, tp->h.p, 1));
+        if (s->grads16) { /* dY rows of these experts to bf16, once (moe_experts_reserve_grads16) */
+            OP(convert, e, n * H, row(L, tp->dyr.p, r0, H), cdt, bf16_row(tp->wg16[0].p, r0, H), MOE_DTYPE_BF16);
+            OP(gemm_grouped_rows, e, g, xoff + j, 0, Fl, H, 1.0, tp->wg16[0].p, MOE_DTYPE_BF16,
+               weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, 0.0, tp->h.p);
+        } else {
+            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, Fl, H, tp->dyr.p, MOE_QROLE_GRAD,
+                                     weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, tp->h.p, 1));
+        }
         TRY(poll(pg));
         OP(act_bwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl), row(L, tp->dz.p, r0, F1l), row(L, tp->tok.p, r0, 1));
-        TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, H, F1l, tp->dz.p, MOE_QROLE_GRAD,
-                                 weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->rows.p, 1));
+        if (s->grads16) {
+            OP(convert, e, n * F1l, row(L, tp->dz.p, r0, F1l), cdt, bf16_row(tp->wg16[1].p, r0, F1l), MOE_DTYPE_BF16);
+            OP(gemm_grouped_rows, e, g, xoff + j, 0, H, F1l, 1.0, tp->wg16[1].p, MOE_DTYPE_BF16,
+               weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->rows.p);
+        } else {
+            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, H, F1l, tp->dz.p, MOE_QROLE_GRAD,
+                                     weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->rows.p, 1));
+        }
         TRY(poll(pg));
     }
     return MOE_OK;

@@ -21,6 +21,13 @@ typedef struct moe_progress {
 
 /* Reserves z, h (also the shared expert's [T,Fs]) and rows for Rx expert rows. */
 int32_t moe_experts_reserve(moe_layer *L, moe_step *s, int64_t Rx);
+/* bf16 gradients rounded once: for a bf16 layer where bf16 x bf16 is the backend's fast path
+ * (moe_backend_bf16_gemm_fast) and no quantisation recipe, the data phase rounds dY_r and dz to bf16
+ * into tape.wg16[0] and [1] (the very rounding the GEMMs made of each fp32 operand before, so the
+ * values are bitwise the same) and both their data-gradient and their weight-gradient GEMMs read that
+ * copy: two roundings of [Rx,H] and [Rx,F1l] a step fewer. Decides step->grads16 and reserves the two
+ * copies; called with the data phase's reservations. */
+int32_t moe_experts_reserve_grads16(moe_layer *L, moe_step *s);
 /* Forward of local experts [j0, j1). progress NULL: one grouped GEMM per stage; else expert by
  * expert, polling after every GEMM. */
 int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_t j0, int64_t j1,

@@ -130,7 +130,7 @@ typedef struct moe_step_tape {
     moe_buf h;           /* [R,F] (also [T,Fs]) */
     moe_buf rows;        /* [R, max(H,F1)] */
     moe_buf tok;         /* [T,H] */
-    moe_buf wg16[2];     /* bf16 copies of the expert weight-gradient operands (MOE_BACKEND_CAP_BF16_GEMM) */
+    moe_buf wg16[2];     /* bf16 copies of dY_r [0] and dz [1], rounded once for both of their GEMMs (grads16) */
     moe_buf off_host[4]; /* host copies of offloaded activations (cfg.offload; core/offload.c) */
     /* quantised expert GEMMs (cfg.quant_recipe; core/experts_quant.c), workspace: codes and block
      * scales of the two operands, their fp32 staging (transposes, widened bf16 weights), gemm_q's
@@ -161,6 +161,9 @@ struct moe_step {
     int64_t T, R, B, capacity;
     int64_t Rx; /* expert rows on this rank (after dispatch) */
     const void *wgrad_xr; /* the expert input rows between the two halves of the weight phase */
+    /* 1 when this step's backward_data rounded dY_r and dz to bf16 once (tape.wg16) for the data- and
+     * the weight-gradient GEMMs (moe_step_grads16); decided there, read by the weight phase */
+    int32_t grads16;
     moe_step_host host;
     moe_step_tape tape;
     /* what the step holds, in ledger bytes (moe_step_memory_stats): ACTIVATIONS and HOST */
