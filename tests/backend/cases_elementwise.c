@@ -437,6 +437,10 @@ void hx_cases_elementwise(hx_suite *s, int32_t dt)
     convert_case(s, dt, MOE_DTYPE_FP32, MOE_DTYPE_BF16, 0);
     convert_case(s, dt, MOE_DTYPE_FP64, MOE_DTYPE_BF16, 1);
     convert_case(s, dt, MOE_DTYPE_FP64, MOE_DTYPE_BF16, 70000);
+    /* the bf16 spans (device/bf16_span.c) split over threads: shares of an odd size, vector bodies
+     * and remainders */
+    convert_case(s, dt, MOE_DTYPE_FP32, MOE_DTYPE_BF16, 70001);
+    convert_case(s, dt, MOE_DTYPE_BF16, MOE_DTYPE_FP32, 70001);
 
     axpby_case(s, dt, 1000, -2.5, 0);
     axpby_case(s, dt, 1000, -2.5, 1);

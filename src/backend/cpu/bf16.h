@@ -1,5 +1,5 @@
 /*
- * bf16 <-> fp32 bit conversions shared by the CPU ops (cpu_elementwise.c, cpu_gemm.c).
+ * bf16 <-> fp32 bit conversions shared by the CPU ops (cpu_elementwise.c, device/bf16_span.c).
  *
  * bf16 is stored as uint16_t: the top half of an fp32. Rounding to bf16 is round-to-nearest-even;
  * NaN stays a (quiet) NaN with its sign; overflow rounds to Inf like any IEEE narrowing. Widening is

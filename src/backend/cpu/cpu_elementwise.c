@@ -1,20 +1,31 @@
 /*
  * Element-wise helpers: storage-dtype conversion (fp32 / bf16 / fp64), axpy.
  *
- * bf16 rounding and widening: bf16.h. fp64 -> bf16 rounds once (not fp64 -> fp32 -> bf16, which can
+ * bf16 rounding and widening: bf16.h, over spans in device/bf16_span.c (built for the CPU's widest
+ * vectors). fp64 -> bf16 rounds once (not fp64 -> fp32 -> bf16, which can
  * round twice): it narrows to fp32 with round-to-odd, which is exact for a second rounding to any
  * format at least 2 bits narrower.
  */
 #include <float.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "moe.h"
 #include "backend/cpu/bf16.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/device/bf16_span.h"
 
 /* Below this many elements, run on one thread. */
 #define PAR_MIN_ELEMS 65536
+
+/* Inside a parallel region: where this thread's share of [0, n) begins (end = 0) or ends (end = 1),
+ * contiguous shares whose sizes differ by at most one, as schedule(static) splits a loop. */
+static int64_t share(int64_t n, int end)
+{
+    const int64_t t = omp_get_thread_num() + end, nt = omp_get_num_threads(), q = n / nt, r = n % nt;
+    return t * q + (t < r ? t : r);
+}
 
 /* fp64 -> fp32 rounded to odd: truncate toward zero, and set the lsb if the result is inexact. */
 static inline float f64_to_f32_odd(double d)
@@ -52,16 +63,22 @@ int32_t MOE_R(cpu_convert)(const moe_exec *ex, int64_t n, const void *src, int32
     /* one loop per (src, dst) pair keeps each loop simple enough to vectorise */
     switch (src_dtype * 3 + dst_dtype) {
     case MOE_DTYPE_FP32 * 3 + MOE_DTYPE_BF16:
-#pragma omp parallel for schedule(static) num_threads(nt) if (par)
-        for (int64_t i = 0; i < n; i++) db[i] = f32_to_bf16(sf[i]);
+#pragma omp parallel num_threads(nt) if (par)
+        {
+            const int64_t lo = share(n, 0), hi = share(n, 1);
+            cpu_bf16_round_span(sf + lo, db + lo, hi - lo);
+        }
         break;
     case MOE_DTYPE_FP32 * 3 + MOE_DTYPE_FP64:
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
         for (int64_t i = 0; i < n; i++) dd[i] = (double)sf[i];
         break;
     case MOE_DTYPE_BF16 * 3 + MOE_DTYPE_FP32:
-#pragma omp parallel for schedule(static) num_threads(nt) if (par)
-        for (int64_t i = 0; i < n; i++) df[i] = bf16_to_f32(sb[i]);
+#pragma omp parallel num_threads(nt) if (par)
+        {
+            const int64_t lo = share(n, 0), hi = share(n, 1);
+            cpu_bf16_widen_span(sb + lo, df + lo, hi - lo);
+        }
         break;
     case MOE_DTYPE_BF16 * 3 + MOE_DTYPE_FP64:
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)

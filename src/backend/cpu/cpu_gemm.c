@@ -54,8 +54,8 @@
 #include <stdlib.h>
 
 #include "moe.h"
-#include "backend/cpu/bf16.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/device/bf16_span.h"
 
 #if defined(MOE_HAVE_ONEDNN) && MOE_HAVE_ONEDNN && !(defined(MOE_REAL_F64) && MOE_REAL_F64)
 #define MOE_GEMM_ONEDNN 1
@@ -343,14 +343,12 @@ static void cvt_rows(int nt, int to_bf16, int64_t rows, int64_t cols, const void
         const float *s = src;
         uint16_t *d = dst;
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = f32_to_bf16(s[r * ld + j]);
+        for (int64_t r = 0; r < rows; r++) cpu_bf16_round_span(s + r * ld, d + r * cols, cols);
     } else {
         const uint16_t *s = src;
         float *d = dst;
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) d[r * cols + j] = bf16_to_f32(s[r * ld + j]);
+        for (int64_t r = 0; r < rows; r++) cpu_bf16_widen_span(s + r * ld, d + r * cols, cols);
     }
 }
 
