@@ -36,8 +36,6 @@ static void *row(const moe_layer *L, void *base, int64_t r, int64_t w)
     return (char *)base + (size_t)(r * w) * L->ops->elem_size;
 }
 
-/* Pointer to row r of a [*, w] bf16 buffer. */
-static void *bf16_row(void *base, int64_t r, int64_t w) { return (char *)base + (size_t)(r * w) * 2; }
 
 /* Expert j's block of a weight slot (stride elements per expert, in the weight's storage dtype, which
  * the GEMM ops take as it is: bf16 for bf16 layers). */
@@ -45,6 +43,19 @@ static const void *weight_of(const moe_layer *L, int32_t slot, int64_t j, int64_
 {
     const size_t es = moe_dtype_size(moe_layer_weight_dtype(L, slot));
     return (const char *)moe_layer_weight(L, slot) + (size_t)(j * stride) * es;
+}
+
+/* The data-gradient GEMM of groups off[0..g] on bf16 operands: their rows of a [*,k] (compute dtype)
+ * rounded to bf16 into a16 at the same rows (kept for the weight phase), then C_g [rows,n] = A16_g B_g,
+ * B_g [k,n] at g * b_stride, as moe_expert_gemm_rows multiplies them unquantised (beta = 0). */
+static int32_t gemm_rows16(moe_layer *L, const moe_exec *e, int64_t g, const int64_t *off, int64_t n, int64_t k,
+                           const void *a, void *a16, const void *b, int32_t bdt, int64_t b_stride, void *c)
+{
+    const int64_t r0 = off[0], rows = off[g] - r0;
+    OP(convert, e, rows * k, (const char *)a + (size_t)(r0 * k) * L->ops->elem_size, L->ops->dtype,
+       (char *)a16 + (size_t)(r0 * k) * 2, MOE_DTYPE_BF16);
+    OP(gemm_grouped_rows, e, g, off, 0, n, k, 1.0, a16, MOE_DTYPE_BF16, b, bdt, b_stride, 0.0, c);
+    return MOE_OK;
 }
 
 int32_t moe_experts_forward(moe_layer *L, moe_step *s, const moe_exec *e, int64_t j0, int64_t j1,
@@ -95,30 +106,26 @@ int32_t moe_experts_backward_data(moe_layer *L, moe_step *s, const moe_exec *e, 
     moe_step_tape *tp = &s->tape;
     const int64_t H = L->H, Fl = L->F_local, F1l = L->F1_local, *xoff = tp->xoff.p;
     const int32_t w1dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC1),
-                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2), cdt = L->ops->dtype;
+                  w2dt = moe_layer_weight_dtype(L, MOE_PARAM_EXPERT_FC2);
     const int64_t step = pg ? 1 : j1 - j0;
     for (int64_t j = j0; j < j1; j += step) {
         const int64_t g = j + step < j1 ? step : j1 - j, r0 = xoff[j], n = xoff[j + g] - r0;
         if (n == 0) continue;
-        if (s->grads16) { /* dY rows of these experts to bf16, once (moe_experts_reserve_grads16) */
-            OP(convert, e, n * H, row(L, tp->dyr.p, r0, H), cdt, bf16_row(tp->wg16[0].p, r0, H), MOE_DTYPE_BF16);
-            OP(gemm_grouped_rows, e, g, xoff + j, 0, Fl, H, 1.0, tp->wg16[0].p, MOE_DTYPE_BF16,
-               weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, 0.0, tp->h.p);
-        } else {
-            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, Fl, H, tp->dyr.p, MOE_QROLE_GRAD,
-                                     weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl), w2dt, H * Fl, tp->h.p, 1));
-        }
+        const void *w2 = weight_of(L, MOE_PARAM_EXPERT_FC2, j, H * Fl);
+        const void *w1 = weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H);
+        if (s->grads16) /* dY rows of these experts to bf16, once (moe_experts_reserve_grads16) */
+            TRY(gemm_rows16(L, e, g, xoff + j, Fl, H, tp->dyr.p, tp->wg16[0].p, w2, w2dt, H * Fl, tp->h.p));
+        else
+            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, Fl, H, tp->dyr.p, MOE_QROLE_GRAD, w2, w2dt, H * Fl,
+                                     tp->h.p, 1));
         TRY(poll(pg));
         OP(act_bwd, e, L->cfg.activation, n, Fl, row(L, tp->z.p, r0, F1l), row(L, tp->pr.p, r0, 1),
            row(L, tp->h.p, r0, Fl), row(L, tp->dz.p, r0, F1l), row(L, tp->tok.p, r0, 1));
-        if (s->grads16) {
-            OP(convert, e, n * F1l, row(L, tp->dz.p, r0, F1l), cdt, bf16_row(tp->wg16[1].p, r0, F1l), MOE_DTYPE_BF16);
-            OP(gemm_grouped_rows, e, g, xoff + j, 0, H, F1l, 1.0, tp->wg16[1].p, MOE_DTYPE_BF16,
-               weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, 0.0, tp->rows.p);
-        } else {
-            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, H, F1l, tp->dz.p, MOE_QROLE_GRAD,
-                                     weight_of(L, MOE_PARAM_EXPERT_FC1, j, F1l * H), w1dt, F1l * H, tp->rows.p, 1));
-        }
+        if (s->grads16) /* and the dz rows */
+            TRY(gemm_rows16(L, e, g, xoff + j, H, F1l, tp->dz.p, tp->wg16[1].p, w1, w1dt, F1l * H, tp->rows.p));
+        else
+            TRY(moe_expert_gemm_rows(L, s, e, g, xoff + j, 0, H, F1l, tp->dz.p, MOE_QROLE_GRAD, w1, w1dt, F1l * H,
+                                     tp->rows.p, 1));
         TRY(poll(pg));
     }
     return MOE_OK;
