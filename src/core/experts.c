@@ -36,7 +36,6 @@ static void *row(const moe_layer *L, void *base, int64_t r, int64_t w)
     return (char *)base + (size_t)(r * w) * L->ops->elem_size;
 }
 
-
 /* Expert j's block of a weight slot (stride elements per expert, in the weight's storage dtype, which
  * the GEMM ops take as it is: bf16 for bf16 layers). */
 static const void *weight_of(const moe_layer *L, int32_t slot, int64_t j, int64_t stride)

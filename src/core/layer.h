@@ -162,7 +162,7 @@ struct moe_step {
     int64_t Rx; /* expert rows on this rank (after dispatch) */
     const void *wgrad_xr; /* the expert input rows between the two halves of the weight phase */
     /* 1 when this step's backward_data rounded dY_r and dz to bf16 once (tape.wg16) for the data- and
-     * the weight-gradient GEMMs (moe_step_grads16); decided there, read by the weight phase */
+     * the weight-gradient GEMMs (moe_experts_reserve_grads16); decided there, read by the weight phase */
     int32_t grads16;
     moe_step_host host;
     moe_step_tape tape;
