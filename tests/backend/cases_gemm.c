@@ -211,6 +211,12 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     gemm_case(s, dt, 0, 0, 5, 7, 0, 1, 1.0, 0.5);
     gemm_case(s, dt, 1, 1, 6, 9, 0, 1, 1.0, 0.0);
     gemm_case(s, dt, 0, 0, 6, 9, 4, 2, 0.0, 2.0);
+    /* m >= 256 with a plain B: the CPU backend packs B into the matmul's blocked layout first
+     * (cpu_gemm.c, PACK_MIN_M); padded leading dimensions, C read, and A transposed (the weight
+     * gradients' shape) */
+    gemm_case(s, dt, 0, 0, 300, 70, 45, 3, 1.0, 0.0);
+    gemm_case(s, dt, 0, 0, 257, 33, 130, 0, -0.5, 0.75);
+    gemm_case(s, dt, 1, 0, 260, 65, 19, 2, 2.0, 1.0);
 
     /* grouped rows: an expert with no rows, both B layouts, C read or not, rows before off[0],
      * gaps between the B_g, k = 0, one group, all groups empty, no groups, and 16 experts */
@@ -227,6 +233,8 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_rows_case(s, dt, 3, c0, 0, 0, 5, 7, 0, 1.0, 0.0);
     grouped_rows_case(s, dt, 0, c0, 0, 0, 5, 7, 0, 1.0, 0.0);
     grouped_rows_case(s, dt, 16, c16, 0, 1, 24, 40, 0, 1.0, 0.0);
+    const int64_t big3[3] = {300, 0, 256}; /* experts long enough for the packed-B path */
+    grouped_rows_case(s, dt, 3, big3, 2, 0, 40, 36, 3, 1.0, 0.5);
     /* every group the same non-zero rows (capacity with padding): the CUDA backend's single
      * strided-batched call; n != k so that a swapped leading dimension or stride shows
      * (docs/devsim-mutations.md, gap (a)) */
@@ -244,6 +252,7 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_reduce_case(s, dt, 3, c0, 0, 6, 4, 0, 1.0, 0.0);
     grouped_reduce_case(s, dt, 3, c0, 0, 6, 4, 1, 1.0, 0.5);
     grouped_reduce_case(s, dt, 16, c16, 0, 31, 9, 0, 1.0, 0.0);
+    grouped_reduce_case(s, dt, 3, big3, 0, 270, 24, 4, 1.0, 1.0); /* m >= 256: B (the rows) packed */
     grouped_reduce_case(s, dt, 4, u4, 0, 24, 40, 0, 1.0, 0.0); /* uniform groups: one strided batch */
     grouped_reduce_case(s, dt, 4, u4, 3, 40, 24, 5, 2.0, 1.0);
 
@@ -257,4 +266,7 @@ void hx_cases_gemm(hx_suite *s, int32_t dt)
     grouped_rows_case_dt(s, dt, 3, c3, 3, 0, 8, 31, 2, -1.0, 0.25, bf);
     grouped_rows_case_dt(s, dt, 16, c16, 0, 1, 24, 40, 0, 1.0, 0.0, bf);
     grouped_rows_case_dt(s, dt, 4, u4, 0, 1, 24, 40, 0, 1.0, 0.0, bf);
+    gemm_case_dt(s, dt, 0, 0, 290, 40, 66, 1, 1.0, 0.0, dt, bf);  /* packed bf16 B, fp32 A rounded */
+    gemm_case_dt(s, dt, 1, 0, 264, 24, 31, 0, 1.0, 0.5, bf, bf);  /* weight-gradient layout */
+    grouped_rows_case_dt(s, dt, 3, big3, 0, 0, 24, 40, 0, 1.0, 0.0, bf);
 }

@@ -113,7 +113,7 @@ static size_t dt_size(int32_t dt) { return dt == MOE_DTYPE_BF16 ? 2 : sizeof(rea
  * library mode every primitive allocates its own, which on this workload meant fresh pages and page
  * faults on every GEMM of every step) and the converted copies of bf16-paired operands. Freed when
  * the thread exits. */
-enum { SCRATCH_DNNL, SCRATCH_A, SCRATCH_B, SCRATCH_SLOTS };
+enum { SCRATCH_DNNL, SCRATCH_A, SCRATCH_B, SCRATCH_PACK, SCRATCH_SLOTS };
 typedef struct scratch_set {
     void *p[SCRATCH_SLOTS];
     size_t bytes[SCRATCH_SLOTS];
@@ -212,6 +212,42 @@ static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, i
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32, strides);
 }
 
+/* Packing the weights operand: a plain row-major B [k,n] (not transposed) is first reordered into
+ * the blocked layout the matmul asks for when its weights are left to it (format_tag any), into a
+ * per-thread scratch, and the matmul then reads that copy. oneDNN's brgemm reads a plain B through
+ * strided rows (fp32) or packs it itself block by block (bf16); one reorder up front made these GEMMs
+ * 5-10% faster on AVX-512 (bench/RESULTS.md "Packed weights") at the same kernel and the same K
+ * blocking, so the same bits (tools/moe-hash before and after). The reorder reads and writes B once,
+ * which pays when the product is long enough: at least PACK_MIN_M rows. A transposed B is left
+ * alone: oneDNN's reorder from it transposes at a few GB/s and cost more than the GEMM gained. */
+#define PACK_MIN_M 256
+
+/* Reorders B (plain, md b_md, at b_ptr) into *packed_md, a per-thread scratch; *out is that copy. */
+static int32_t pack_b(gemm_ctx *cx, const dnnl_memory_desc_t *b_md, const void *b_ptr,
+                      const dnnl_memory_desc_t *packed_md, void **out)
+{
+    int32_t rc = MOE_OK;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_primitive_t reorder = NULL;
+    dnnl_memory_t from = NULL, to = NULL;
+    void *dst = scratch_get(SCRATCH_PACK, dnnl_memory_desc_get_size(packed_md));
+    if (!dst) return MOE_ERR_OUT_OF_MEMORY;
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&rpd, b_md, cx->eng, packed_md, cx->eng, NULL));
+    DNNL_TRY(dnnl_primitive_create(&reorder, rpd)); /* oneDNN's primitive cache holds reorders too */
+    DNNL_TRY(dnnl_memory_create(&from, b_md, cx->eng, (void *)b_ptr));
+    DNNL_TRY(dnnl_memory_create(&to, packed_md, cx->eng, dst));
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    DNNL_TRY(dnnl_primitive_execute(reorder, cx->stream, 2, args));
+    DNNL_TRY(dnnl_stream_wait(cx->stream));
+    *out = dst;
+done:
+    if (to != NULL) (void)dnnl_memory_destroy(to);
+    if (from != NULL) (void)dnnl_memory_destroy(from);
+    if (reorder != NULL) (void)dnnl_primitive_destroy(reorder);
+    if (rpd != NULL) (void)dnnl_primitive_desc_destroy(rpd);
+    return rc;
+}
+
 /* C[m,n] (ldc) = alpha * op(A) op(B) + beta * C with oneDNN matmul: src = op(A) [m,k], weights =
  * op(B) [k,n], dst = C (fp32); m, n, k > 0, alpha != 0, all int-sized; A and B both fp32 or both bf16. */
 static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64_t k, real alpha, const operand *a,
@@ -223,13 +259,22 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
     dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_memory_desc_t a_md, b_md, c_md, w_md;
     dnnl_matmul_desc_t desc;
+    const void *w_ptr = b->p;
+    const int pack = !tb && m >= PACK_MIN_M;
 
     DNNL_TRY(md_2d(&a_md, m, k, a->ld, ta, a->dt));
     DNNL_TRY(md_2d(&b_md, k, n, b->ld, tb, b->dt));
     DNNL_TRY(md_2d(&c_md, m, n, ldc, 0, MOE_DTYPE_FP32));
-    DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md));
+    if (pack) {
+        dnnl_dims_t dims = {k, n};
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&w_md, 2, dims, b->dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32,
+                                              dnnl_format_tag_any));
+    } else {
+        w_md = b_md;
+    }
+    DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &w_md, NULL, &c_md));
     DNNL_TRY(dnnl_primitive_attr_create(&attr));
     DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
     if (alpha != RX(1.0)) DNNL_TRY(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
@@ -239,10 +284,24 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
         DNNL_TRY(dnnl_primitive_attr_set_post_ops(attr, po));
     }
     DNNL_TRY(dnnl_primitive_desc_create(&pd, &desc, attr, cx->eng, NULL));
+    if (pack) {
+        const dnnl_memory_desc_t *chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (chosen == NULL) {
+            rc = MOE_ERR_BACKEND;
+            goto done;
+        }
+        w_md = *chosen;
+        if (!dnnl_memory_desc_equal(&w_md, &b_md)) {
+            void *packed = NULL;
+            rc = pack_b(cx, &b_md, b->p, &w_md, &packed);
+            if (rc != MOE_OK) goto done;
+            w_ptr = packed;
+        }
+    }
     DNNL_TRY(dnnl_primitive_create(&prim, pd)); /* from oneDNN's primitive cache when the shape repeats */
     /* oneDNN only reads src and weights */
     DNNL_TRY(dnnl_memory_create(&mem[0], &a_md, cx->eng, (void *)a->p));
-    DNNL_TRY(dnnl_memory_create(&mem[1], &b_md, cx->eng, (void *)b->p));
+    DNNL_TRY(dnnl_memory_create(&mem[1], &w_md, cx->eng, (void *)w_ptr));
     DNNL_TRY(dnnl_memory_create(&mem[2], &c_md, cx->eng, c));
     const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t sp_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
