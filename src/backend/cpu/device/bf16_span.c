@@ -6,13 +6,10 @@
  * the first call picks that copy where the CPU has AVX-512BW (not under valgrind, whose CPUID hides
  * it). They are integer operations only, so both copies give the same bits. Measured on one core of
  * a Sapphire Rapids VM: 8 M roundings of random bit patterns in 5.4-7.3 ms (SSE2; AVX2 was no
- * faster), 3.0-3.6 ms (AVX-512, GCC 12). The choice is made by hand, not with target_clones: Clang
- * 14 emits a target_clones resolver only in a translation unit that calls the function, which left
- * the static library without one.
+ * faster), 3.0-3.6 ms (AVX-512, GCC 12). The choice: cpu_isa.h.
  */
-#include <stdatomic.h>
-
 #include "backend/cpu/device/bf16_span.h"
+#include "backend/cpu/device/cpu_isa.h"
 #include "backend/cpu/bf16.h"
 
 #define ROUND_LOOP for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i])
@@ -24,45 +21,22 @@ static void widen_base(const uint16_t *s, float *d, int64_t n) { WIDEN_LOOP; }
 typedef void (*round_fn)(const float *, uint16_t *, int64_t);
 typedef void (*widen_fn)(const uint16_t *, float *, int64_t);
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-AVX512 static void round_avx512(const float *s, uint16_t *d, int64_t n) { ROUND_LOOP; }
-AVX512 static void widen_avx512(const uint16_t *s, float *d, int64_t n) { WIDEN_LOOP; }
-
-static int have_avx512(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-}
+#if MOE_CPU_AVX512_COPIES
+MOE_CPU_AVX512 static void round_avx512(const float *s, uint16_t *d, int64_t n) { ROUND_LOOP; }
+MOE_CPU_AVX512 static void widen_avx512(const uint16_t *s, float *d, int64_t n) { WIDEN_LOOP; }
 #else
 #define round_avx512 round_base
 #define widen_avx512 widen_base
-static int have_avx512(void) { return 0; }
 #endif
-
-/* 0 until the first call decides, then 1 (base) or 2 (AVX-512); threads racing on the first call
- * all decide the same. */
-static atomic_int choice;
-
-static int pick(void)
-{
-    int c = atomic_load_explicit(&choice, memory_order_relaxed);
-    if (c == 0) {
-        c = have_avx512() ? 2 : 1;
-        atomic_store_explicit(&choice, c, memory_order_relaxed);
-    }
-    return c;
-}
 
 void cpu_bf16_round_span(const float *s, uint16_t *d, int64_t n)
 {
-    const round_fn f = pick() == 2 ? round_avx512 : round_base;
+    const round_fn f = cpu_isa_avx512() ? round_avx512 : round_base;
     f(s, d, n);
 }
 
 void cpu_bf16_widen_span(const uint16_t *s, float *d, int64_t n)
 {
-    const widen_fn f = pick() == 2 ? widen_avx512 : widen_base;
+    const widen_fn f = cpu_isa_avx512() ? widen_avx512 : widen_base;
     f(s, d, n);
 }
