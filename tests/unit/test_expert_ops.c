@@ -4,6 +4,8 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,10 @@ int32_t cpu_act_bwd_f32(const moe_exec *ex, int32_t activation, int64_t n, int64
                         const void *dh, void *dz, void *dp);
 int32_t cpu_convert_f32(const moe_exec *ex, int64_t n, const void *src, int32_t src_dtype, void *dst,
                         int32_t dst_dtype);
+
+/* the CPU backend's run-time ISA choice (src/backend/cpu/device/cpu_isa.h) */
+int cpu_isa_avx512(void);
+void cpu_isa_force_baseline(int on);
 
 static const moe_exec EX1 = {.num_threads = 1}, EX2 = {.num_threads = 2};
 enum { DT32 = MOE_DTYPE_FP32, DT64 = MOE_DTYPE_FP64 }; /* GEMM operand dtypes */
@@ -407,6 +413,95 @@ END_TEST
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+/* The fp32 activation rows (and the bf16 spans) have an AVX-512 copy beside the baseline one
+ * (cpu_act.c, cpu_isa.h): on a CPU that has AVX-512 both run here and must agree bit for bit,
+ * forward h, backward dz and dp, for every kind, at row lengths around the vector widths and the
+ * 16-lane dp blocks, with NaN, infinities, signed zeros, subnormals and large arguments mixed in. */
+/* Bit for bit, except that a NaN equals any NaN: IEEE 754 leaves a NaN result's sign and payload to
+ * the implementation, and x86 takes them from whichever operand comes first, an order a compiler may
+ * swap in a commutative add (seen: dp = +NaN in one copy, -NaN in the other). */
+static int same_bits(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i]))) return 0;
+    return 1;
+}
+
+START_TEST(test_act_isa_copies_bitwise)
+{
+    static const int64_t FS[] = {1, 3, 4, 15, 16, 17, 31, 32, 33, 100, 1027};
+    const int64_t n = 6;
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 88.0f, -88.0f, 200.0f, -200.0f};
+    const int have = cpu_isa_avx512();
+    if (!have) fprintf(stderr, "test_act_isa_copies_bitwise: no AVX-512 on this CPU: baseline against itself\n");
+    uint64_t rng = 12345;
+    for (int32_t act = MOE_ACT_SWIGLU; act <= MOE_ACT_SILU; act++)
+        for (size_t fi = 0; fi < sizeof FS / sizeof FS[0]; fi++) {
+            const int64_t F = FS[fi], F1 = (act == MOE_ACT_SWIGLU || act == MOE_ACT_GEGLU) ? 2 * F : F;
+            const size_t nz = (size_t)(n * F1), nh = (size_t)(n * F);
+            float *z = falloc(nz), *p = falloc((size_t)n), *dh = falloc(nh);
+            float *h[2] = {falloc(nh), falloc(nh)}, *dz[2] = {falloc(nz), falloc(nz)}, *dp[2] = {falloc(n), falloc(n)};
+            for (size_t i = 0; i < nz; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                const double u = (double)(rng >> 11) / 9007199254740992.0;
+                z[i] = (rng >> 7) % 23 == 0 ? special[(rng >> 13) % (sizeof special / sizeof special[0])]
+                                           : (float)(12.0 * u - 6.0);
+            }
+            for (size_t i = 0; i < nh; i++) dh[i] = (float)(((int)(i * 7919 % 201) - 100) / 37.0);
+            for (int64_t r = 0; r < n; r++) p[r] = 0.25f + 0.125f * (float)r;
+            for (int copy = 0; copy < 2; copy++) { /* 0: as chosen (AVX-512 where there), 1: baseline */
+                cpu_isa_force_baseline(copy);
+                ck_assert_int_eq(cpu_act_fwd_f32(&EX2, act, n, F, z, p, h[copy]), MOE_OK);
+                ck_assert_int_eq(cpu_act_bwd_f32(&EX2, act, n, F, z, p, dh, dz[copy], dp[copy]), MOE_OK);
+            }
+            cpu_isa_force_baseline(0);
+            ck_assert_msg(same_bits(h[0], h[1], nh), "act %d F %lld: h differs", act, (long long)F);
+            ck_assert_msg(same_bits(dz[0], dz[1], nz), "act %d F %lld: dz differs", act, (long long)F);
+            ck_assert_msg(same_bits(dp[0], dp[1], (size_t)n), "act %d F %lld: dp differs", act, (long long)F);
+            free(z), free(p), free(dh);
+            for (int c = 0; c < 2; c++) free(h[c]), free(dz[c]), free(dp[c]);
+        }
+    /* dp's order itself: terms 8e19 (f = 0), -8e19 (f = 4) and 80 (f = 8) sum to 80 when f = 0, 4, 8
+     * share a partial sum (a 4-lane reduction) and to 0 in the source's order (16 lanes, folded in
+     * halves: 8e19 + 80 rounds to 8e19 before -8e19 cancels it). Both copies must give 0. */
+    {
+        enum { FO = 32 };
+        float zo[2 * FO] = {0}, dho[FO] = {0}, dzo[2 * FO], po = 1.0f, dpo[2];
+        zo[0] = zo[4] = zo[8] = 80.0f;              /* gates: silu(80) = 80 in fp32 */
+        zo[FO + 0] = zo[FO + 4] = 1e18f;            /* ups */
+        zo[FO + 8] = 1.0f;
+        dho[0] = 1.0f, dho[4] = -1.0f, dho[8] = 1.0f;
+        for (int copy = 0; copy < 2; copy++) {
+            cpu_isa_force_baseline(copy);
+            ck_assert_int_eq(cpu_act_bwd_f32(&EX1, MOE_ACT_SWIGLU, 1, FO, zo, &po, dho, dzo, &dpo[copy]), MOE_OK);
+        }
+        cpu_isa_force_baseline(0);
+        ck_assert_msg(dpo[0] == 0.0f && dpo[1] == 0.0f, "dp in the source's order: want 0, got %g (chosen copy), %g (baseline)",
+                      (double)dpo[0], (double)dpo[1]);
+    }
+
+    /* the spans: every bf16 pattern widened, and rounded back, the same on both copies */
+    const size_t nb = 65536;
+    uint16_t *b = malloc(nb * sizeof *b), *r[2] = {malloc(nb * sizeof(uint16_t)), malloc(nb * sizeof(uint16_t))};
+    float *w[2] = {falloc(nb), falloc(nb)};
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(r[0]);
+    ck_assert_ptr_nonnull(r[1]);
+    for (size_t i = 0; i < nb; i++) b[i] = (uint16_t)i;
+    for (int copy = 0; copy < 2; copy++) {
+        cpu_isa_force_baseline(copy);
+        ck_assert_int_eq(cpu_convert_f32(&EX1, (int64_t)nb, b, MOE_DTYPE_BF16, w[copy], MOE_DTYPE_FP32), MOE_OK);
+        for (size_t i = 0; i < nb; i++) w[copy][i] *= 1.0f + 1.0f / 512; /* off the bf16 grid: rounding happens */
+        ck_assert_int_eq(cpu_convert_f32(&EX1, (int64_t)nb, w[copy], MOE_DTYPE_FP32, r[copy], MOE_DTYPE_BF16), MOE_OK);
+    }
+    cpu_isa_force_baseline(0);
+    ck_assert(memcmp(w[0], w[1], nb * sizeof(float)) == 0); /* integer code: NaNs too */
+    ck_assert(memcmp(r[0], r[1], nb * sizeof(uint16_t)) == 0);
+    free(b);
+    for (int c = 0; c < 2; c++) free(r[c]), free(w[c]);
+}
+END_TEST
+
 START_TEST(test_bf16_rounding)
 {
     /* 1 + 2^-8 is halfway between bf16 1.0 (0x3F80) and 1.0078125 (0x3F81): ties to even */
@@ -498,6 +593,7 @@ static Suite *suite(void)
     tcase_add_test(a, test_act_fwd_closed_form);
     tcase_add_test(a, test_act_bwd_finite_differences);
     tcase_add_test(a, test_act_extremes_and_args);
+    tcase_add_test(a, test_act_isa_copies_bitwise);
     suite_add_tcase(s, a);
     TCase *e = tcase_create("elementwise");
     tcase_add_test(e, test_bf16_rounding);

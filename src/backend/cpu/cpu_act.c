@@ -144,37 +144,85 @@ static fwd_row_fn fwd_row_pick(void) { return fwd_row; }
 #endif
 
 /* Gated: a = act(g) u; dp = sum a dh; da = p dh; dg = act'(g) u da; du = act(g) da.
- * Plain: dp = sum act(z) dh; dz = act'(z) p dh. dp is summed in double; the simd reduction order
- * is fixed by the compiled code, so the result is deterministic. */
-#define GATED_BWD(ACT, GRAD)                                                                            \
-    _Pragma("omp simd reduction(+ : dp)") for (int64_t f = 0; f < F; f++)                              \
-    {                                                                                                   \
-        const real g = z[f], u = z[F + f], ag = ACT(g), da = p * dh[f];                                 \
-        dp += (double)(ag * u) * (double)dh[f];                                                         \
+ * Plain: dp = sum act(z) dh; dz = act'(z) p dh. One element f: writes dz, sets t = its dp term. */
+#define GATED_STEP(ACT, GRAD, f, t)                                                                     \
+    do {                                                                                                \
+        const real g = z[f], u = z[F + (f)], ag = ACT(g), da = p * dh[f];                              \
+        t = (double)(ag * u) * (double)dh[f];                                                           \
         dz[f] = GRAD(g) * u * da;                                                                       \
-        dz[F + f] = ag * da;                                                                            \
-    }
-#define PLAIN_BWD(ACT, GRAD)                                                                            \
+        dz[F + (f)] = ag * da;                                                                          \
+    } while (0)
+#define PLAIN_STEP(ACT, GRAD, f, t)                                                                     \
+    do {                                                                                                \
+        t = (double)ACT(z[f]) * (double)dh[f];                                                          \
+        dz[f] = GRAD(z[f]) * (p * dh[f]);                                                               \
+    } while (0)
+
+#if defined(MOE_REAL_F64) && MOE_REAL_F64
+/* dp is summed in double in the order the compiled simd reduction gives, fixed for a build. */
+#define ROW_BWD(STEP, ACT, GRAD)                                                                        \
     _Pragma("omp simd reduction(+ : dp)") for (int64_t f = 0; f < F; f++)                              \
     {                                                                                                   \
-        dp += (double)ACT(z[f]) * (double)dh[f];                                                        \
-        dz[f] = GRAD(z[f]) * (p * dh[f]);                                                               \
+        double t;                                                                                       \
+        STEP(ACT, GRAD, f, t);                                                                          \
+        dp += t;                                                                                        \
     }
+#else
+/* dp is summed in double in an order the source fixes, whatever the vector width: DP_LANES partial
+ * sums (lane l takes f = l mod DP_LANES of the whole blocks, in increasing f), folded in halves
+ * (l += l + w, w = 8, 4, 2, 1), then the remaining F mod DP_LANES terms in turn. So the baseline and
+ * the AVX-512 copies of bwd_row give the same bits. (Before, the compiler's 4-lane reduction set
+ * the order; a double sum of float products then rounded to float differs between two orders only
+ * when it falls within a few double ulps of a float rounding boundary: tools/moe-hash is unchanged.) */
+#define DP_LANES 16
+#define ROW_BWD(STEP, ACT, GRAD)                                                                        \
+    do {                                                                                                \
+        double acc[DP_LANES] = {0.0};                                                                   \
+        int64_t f0 = 0;                                                                                 \
+        for (; f0 + DP_LANES <= F; f0 += DP_LANES)                                                      \
+            _Pragma("omp simd") for (int l = 0; l < DP_LANES; l++)                                      \
+            {                                                                                           \
+                double t;                                                                               \
+                STEP(ACT, GRAD, f0 + l, t);                                                             \
+                acc[l] += t;                                                                            \
+            }                                                                                           \
+        for (int w = DP_LANES / 2; w >= 1; w /= 2)                                                      \
+            for (int l = 0; l < w; l++) acc[l] += acc[l + w];                                           \
+        dp = acc[0];                                                                                    \
+        for (int64_t f = f0; f < F; f++) {                                                              \
+            double t;                                                                                   \
+            STEP(ACT, GRAD, f, t);                                                                      \
+            dp += t;                                                                                    \
+        }                                                                                               \
+    } while (0);
+#endif
 
-/* dz row [F1] (=); returns dp = sum_f act(z)_f dh_f. Baseline ISA only: an AVX-512 copy (measured
- * 10 ms off a 430 ms bf16 step on Zen 4) sums dp over 16 lanes instead of 4, a different order. */
-static double bwd_row(int32_t kind, int64_t F, const real *z, real p, const real *dh, real *dz)
-{
-    double dp = 0.0;
-    switch (kind) {
-    case MOE_ACT_SWIGLU: GATED_BWD(silu, silu_grad) break;
-    case MOE_ACT_GEGLU: GATED_BWD(gelu, gelu_grad) break;
-    case MOE_ACT_GELU: PLAIN_BWD(gelu, gelu_grad) break;
-    case MOE_ACT_RELU: PLAIN_BWD(relu, relu_grad) break;
-    default: PLAIN_BWD(silu, silu_grad) break;
-    }
+#define BWD_ROW_BODY                                                                                    \
+    double dp = 0.0;                                                                                    \
+    switch (kind) {                                                                                     \
+    case MOE_ACT_SWIGLU: ROW_BWD(GATED_STEP, silu, silu_grad) break;                                    \
+    case MOE_ACT_GEGLU: ROW_BWD(GATED_STEP, gelu, gelu_grad) break;                                     \
+    case MOE_ACT_GELU: ROW_BWD(PLAIN_STEP, gelu, gelu_grad) break;                                      \
+    case MOE_ACT_RELU: ROW_BWD(PLAIN_STEP, relu, relu_grad) break;                                      \
+    default: ROW_BWD(PLAIN_STEP, silu, silu_grad) break;                                                \
+    }                                                                                                   \
     return dp;
+
+typedef double (*bwd_row_fn)(int32_t kind, int64_t F, const real *z, real p, const real *dh, real *dz);
+
+/* dz row [F1] (=); returns dp = sum_f act(z)_f dh_f. */
+static double bwd_row(int32_t kind, int64_t F, const real *z, real p, const real *dh, real *dz) { BWD_ROW_BODY }
+
+/* And again for AVX-512, fp32 only (as fwd_row_avx512; dp's order is the source's, above). */
+#if !(defined(MOE_REAL_F64) && MOE_REAL_F64) && MOE_CPU_AVX512_COPIES
+MOE_CPU_AVX512 static double bwd_row_avx512(int32_t kind, int64_t F, const real *z, real p, const real *dh, real *dz)
+{
+    BWD_ROW_BODY
 }
+static bwd_row_fn bwd_row_pick(void) { return cpu_isa_avx512() ? bwd_row_avx512 : bwd_row; }
+#else
+static bwd_row_fn bwd_row_pick(void) { return bwd_row; }
+#endif
 
 /* z [n,F1], p [n] or NULL -> h [n,F] = p * act(z). F1 = 2F for swiglu/geglu, else F. */
 int32_t MOE_R(cpu_act_fwd)(const moe_exec *ex, int32_t activation, int64_t n, int64_t F, const void *z,
@@ -209,9 +257,10 @@ int32_t MOE_R(cpu_act_bwd)(const moe_exec *ex, int32_t activation, int64_t n, in
     if (z == NULL || dh == NULL || dz == NULL) return MOE_ERR_INVALID_ARGUMENT;
     const int64_t F1 = is_gated(activation) ? 2 * F : F;
     const int nt = ex->num_threads < 1 ? 1 : ex->num_threads, par = n * F1 >= PAR_MIN_ELEMS;
+    const bwd_row_fn row = bwd_row_pick();
 #pragma omp parallel for schedule(static) num_threads(nt) if (par)
     for (int64_t r = 0; r < n; r++) {
-        const double dpr = bwd_row(activation, F, Z + r * F1, P ? P[r] : RX(1.0), DH + r * F, DZ + r * F1);
+        const double dpr = row(activation, F, Z + r * F1, P ? P[r] : RX(1.0), DH + r * F, DZ + r * F1);
         if (DP) DP[r] = (real)dpr;
     }
     return MOE_OK;

@@ -27,3 +27,5 @@ int cpu_isa_avx512(void)
     }
     return c == 2;
 }
+
+void cpu_isa_force_baseline(int on) { atomic_store_explicit(&choice, on ? 1 : 0, memory_order_relaxed); }

@@ -21,4 +21,8 @@
  * at the first call; threads racing on it all decide the same. */
 int cpu_isa_avx512(void);
 
+/* Test seam: on != 0 makes cpu_isa_avx512 answer 0 from now on (the baseline copies run), on = 0
+ * lets it decide again. For tests that compare the two copies bit for bit (test_expert_ops). */
+void cpu_isa_force_baseline(int on);
+
 #endif
