@@ -23,6 +23,8 @@
  *    the layer's fwd+bwd took ~2x longer (bench/RESULTS.md "Engine GEMM path"). The engine and stream
  *    are created per op call (under a microsecond on CPU) and everything a call creates is freed
  *    before it returns; what outlives a call is per-thread scratch memory (below) and the bf16 path.
+ *  - Packed weights: a plain B of a long product is reordered into the matmul's own blocked layout
+ *    first (pack_b, PACK_MIN_M), into that per-thread scratch.
  *  - alpha is the matmul's output scale, beta a sum post-op with scale beta; beta = 0 has no post-op,
  *    so C is written without being read (NaN included). alpha = 0 and k = 0 are C = beta * C, done
  *    here without reading A and B, as for BLAS.
@@ -216,10 +218,11 @@ static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, i
  * the blocked layout the matmul asks for when its weights are left to it (format_tag any), into a
  * per-thread scratch, and the matmul then reads that copy. oneDNN's brgemm reads a plain B through
  * strided rows (fp32) or packs it itself block by block (bf16); one reorder up front made these GEMMs
- * 5-10% faster on AVX-512 (bench/RESULTS.md "Packed weights") at the same kernel and the same K
- * blocking, so the same bits (tools/moe-hash before and after). The reorder reads and writes B once,
- * which pays when the product is long enough: at least PACK_MIN_M rows. A transposed B is left
- * alone: oneDNN's reorder from it transposes at a few GB/s and cost more than the GEMM gained. */
+ * 5-12% faster on Zen 4 (bench/RESULTS.md "The CPU layer on Zen 4"; ~2% of the layer's step once the
+ * reorder is paid) at the same kernel and the same K blocking, so the same bits (tools/moe-hash before
+ * and after). The reorder reads and writes B once, which pays when the product is long enough: at
+ * least PACK_MIN_M rows. A transposed B is left alone: oneDNN's reorder from it transposes at a few
+ * GB/s and cost more than the GEMM gained. */
 #define PACK_MIN_M 256
 
 /* Reorders B (plain, md b_md, at b_ptr) into *packed_md, a per-thread scratch; *out is that copy. */
@@ -575,11 +578,13 @@ static int by_rows_desc(const void *x, const void *y)
 
 static atomic_llong side_by_side_runs; /* cpu_gemm_side_by_side_runs */
 
-/* Runs every group with one thread per group; MOE_ERR_OUT_OF_MEMORY for its order list is returned
- * before anything ran (the caller then runs the groups in turn). */
-static int32_t groups_side_by_side(const moe_exec *ex, int nt, int64_t groups, const group_job *j)
+/* Runs every group with one thread per group. *started = 0 when its order list could not be made and
+ * nothing ran (the caller then runs the groups in turn); once groups have run, a failure is returned
+ * as it is: running them again would add beta * C twice where beta != 0. */
+static int32_t groups_side_by_side(const moe_exec *ex, int nt, int64_t groups, const group_job *j, int *started)
 {
     group_order *ord = malloc((size_t)groups * sizeof *ord);
+    *started = ord != NULL;
     if (!ord) return MOE_ERR_OUT_OF_MEMORY;
     atomic_fetch_add(&side_by_side_runs, 1);
     for (int64_t g = 0; g < groups; g++) ord[g] = (group_order){g, j->off[g + 1] - j->off[g]};
@@ -625,8 +630,9 @@ static int32_t groups_run(const moe_exec *ex, int64_t groups, const group_job *j
         int64_t busy = 0;
         for (int64_t g = 0; g < groups; g++) busy += j->off[g + 1] > j->off[g];
         if (busy >= (int64_t)GROUPS_PER_THREAD * nt) {
-            int32_t rc = groups_side_by_side(ex, nt, groups, j);
-            if (rc != MOE_ERR_OUT_OF_MEMORY) return rc;
+            int started = 0;
+            int32_t rc = groups_side_by_side(ex, nt, groups, j, &started);
+            if (started) return rc;
         }
     }
 #endif
