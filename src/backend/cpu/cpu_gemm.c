@@ -224,6 +224,16 @@ static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, i
  * least PACK_MIN_M rows. A transposed B is left alone: oneDNN's reorder from it transposes at a few
  * GB/s and cost more than the GEMM gained. */
 #define PACK_MIN_M 256
+/* The packed copy lives in a per-thread scratch that only grows (freed when the thread exits): a B
+ * above this size (padded to the blocked layout's 64 x 32 tiles) is read in place instead, so one huge
+ * layer does not leave every worker thread holding a copy of its largest weight. */
+#define PACK_MAX_BYTES ((int64_t)32 << 20)
+
+static int pack_worth(int tb, int64_t m, int64_t n, int64_t k, int32_t dt)
+{
+    const int64_t es = dt == MOE_DTYPE_BF16 ? 2 : 4;
+    return !tb && m >= PACK_MIN_M && (k + 31) / 32 * 32 * ((n + 63) / 64 * 64) * es <= PACK_MAX_BYTES;
+}
 
 /* Reorders B (plain, md b_md, at b_ptr) into *packed_md, a per-thread scratch; *out is that copy. */
 static int32_t pack_b(gemm_ctx *cx, const dnnl_memory_desc_t *b_md, const void *b_ptr,
@@ -265,7 +275,7 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     dnnl_memory_desc_t a_md, b_md, c_md, w_md;
     dnnl_matmul_desc_t desc;
     const void *w_ptr = b->p;
-    const int pack = !tb && m >= PACK_MIN_M;
+    const int pack = pack_worth(tb, m, n, k, b->dt);
 
     DNNL_TRY(md_2d(&a_md, m, k, a->ld, ta, a->dt));
     DNNL_TRY(md_2d(&b_md, k, n, b->ld, tb, b->dt));
