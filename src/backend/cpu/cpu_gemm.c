@@ -207,11 +207,13 @@ done:
 }
 
 /* Row-major [rows, cols] with leading dimension ld, or its transpose viewed through strides. */
+static dnnl_data_type_t dnnl_dt(int32_t dt) { return dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32; }
+
 static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, int trans, int32_t dt)
 {
     dnnl_dims_t dims = {rows, cols};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32, strides);
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(dt), strides);
 }
 
 /* Packing the weights operand: a plain row-major B [k,n] (not transposed) is first reordered into
@@ -231,7 +233,7 @@ static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, i
 
 static int pack_worth(int tb, int64_t m, int64_t n, int64_t k, int32_t dt)
 {
-    const int64_t es = dt == MOE_DTYPE_BF16 ? 2 : 4;
+    const int64_t es = (int64_t)dt_size(dt);
     return !tb && m >= PACK_MIN_M && (k + 31) / 32 * 32 * ((n + 63) / 64 * 64) * es <= PACK_MAX_BYTES;
 }
 
@@ -282,8 +284,7 @@ static int32_t gemm_rm(gemm_ctx *cx, int ta, int tb, int64_t m, int64_t n, int64
     DNNL_TRY(md_2d(&c_md, m, n, ldc, 0, MOE_DTYPE_FP32));
     if (pack) {
         dnnl_dims_t dims = {k, n};
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&w_md, 2, dims, b->dt == MOE_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32,
-                                              dnnl_format_tag_any));
+        DNNL_TRY(dnnl_memory_desc_init_by_tag(&w_md, 2, dims, dnnl_dt(b->dt), dnnl_format_tag_any));
     } else {
         w_md = b_md;
     }

@@ -3,8 +3,8 @@
  * vectorise 4 lanes wide (SSE2), and a bf16 layer's activation roundings were a tenth of its step on
  * an AMX machine (bench/RESULTS.md, "The CPU layer on an AMX machine"). On x86-64 with GCC or Clang
  * the loops are compiled a second time for AVX-512 (whose 16-lane narrowing the rounding wants) and
- * the first call picks that copy where the CPU has AVX-512BW (not under valgrind, whose CPUID hides
- * it). They are integer operations only, so both copies give the same bits. Measured on one core of
+ * the first call picks that copy where the CPU has AVX-512 F/BW/VL/DQ (not under valgrind, whose
+ * CPUID hides it). They are integer operations only, so both copies give the same bits. Measured on one core of
  * a Sapphire Rapids VM: 8 M roundings of random bit patterns in 5.4-7.3 ms (SSE2; AVX2 was no
  * faster), 3.0-3.6 ms (AVX-512, GCC 12). The choice: cpu_isa.h.
  */
