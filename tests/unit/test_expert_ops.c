@@ -413,10 +413,6 @@ END_TEST
 static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-/* The fp32 activation rows (and the bf16 spans) have an AVX-512 copy beside the baseline one
- * (cpu_act.c, cpu_isa.h): on a CPU that has AVX-512 both run here and must agree bit for bit,
- * forward h, backward dz and dp, for every kind, at row lengths around the vector widths and the
- * 16-lane dp blocks, with NaN, infinities, signed zeros, subnormals and large arguments mixed in. */
 /* Bit for bit, except that a NaN equals any NaN: IEEE 754 leaves a NaN result's sign and payload to
  * the implementation, and x86 takes them from whichever operand comes first, an order a compiler may
  * swap in a commutative add (seen: dp = +NaN in one copy, -NaN in the other). */
@@ -427,6 +423,10 @@ static int same_bits(const float *a, const float *b, size_t n)
     return 1;
 }
 
+/* The fp32 activation rows (and the bf16 spans) have an AVX-512 copy beside the baseline one
+ * (cpu_act.c, cpu_isa.h): on a CPU that has AVX-512 both run here and must agree bit for bit,
+ * forward h, backward dz and dp, for every kind, at row lengths around the vector widths and the
+ * 16-lane dp blocks, with NaN, infinities, signed zeros, subnormals and large arguments mixed in. */
 START_TEST(test_act_isa_copies_bitwise)
 {
     static const int64_t FS[] = {1, 3, 4, 15, 16, 17, 31, 32, 33, 100, 1027};
