@@ -71,7 +71,8 @@ static int side_open(side *s, const moe_backend *be)
     if (be->device_open(0, &s->state) != MOE_OK) return 0;
     s->be = be;
     s->t = be->ops(MOE_DTYPE_FP32);
-    s->ex = (moe_exec){.be = be, .device = s->state, .stream = be->default_stream(s->state), .num_threads = 2};
+    /* one thread, as the fixture's definition (fixture_open) */
+    s->ex = (moe_exec){.be = be, .device = s->state, .stream = be->default_stream(s->state), .num_threads = 1};
     if (be->mem_alloc(&s->ex, be->workspace_bytes, &s->ex.workspace) != MOE_OK) return 0;
     s->ex.workspace_bytes = be->workspace_bytes;
     return 1;
@@ -105,6 +106,10 @@ static void make_operand(operand *o, int32_t fmt, int32_t scaling, int64_t rows,
     o->q = alloc256((size_t)qb);
     o->s = malloc((size_t)(ns * ss));
     int64_t ovf = 0;
+    /* one thread here and on the sim side (side_open): the definition's GEMM is the CPU backend's, and
+     * oneDNN's AVX2 jit sgemm may split a small product's K over threads (docs/determinism.md); with two
+     * threads the sim's exact path and this call differed under ONEDNN_MAX_CPU_ISA=AVX2 (3.2e-7, FP8
+     * 1x128 x 1x128), with one they agree bitwise. Its AVX-512 brgemm never splits K. */
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
     moe_cpu_ops_f32.quantize(&cpu, fmt, scaling, rows, k, x, o->q, o->s, &o->ts, &ovf);
     o->m = (moe_qmat){.format = fmt, .scaling = scaling, .rows = rows, .cols = k, .q = o->q, .scales = o->s,
