@@ -215,6 +215,31 @@ static int agree(int32_t st, char *msg, int32_t *failed)
     return 1;
 }
 
+/* A single-rank context and layer of cfg on this process (the reference, the probe); who names it
+ * in msg. On failure *ctx may be set and *layer NULL: the caller destroys both. */
+static int32_t single_rank_layer(const moe_layer_config *cfg, const char *who, moe_context **ctx, moe_layer **layer,
+                                 char *msg)
+{
+    *ctx = NULL, *layer = NULL;
+    moe_context_config cc;
+    moe_context_config_init(&cc, sizeof cc);
+    cc.num_threads = rs_threads();
+    int32_t st = moe_context_create(&cc, ctx);
+    if (st) {
+        char what[64];
+        snprintf(what, sizeof what, "%s moe_context_create", who);
+        last_error(NULL, msg, what, st);
+        return st;
+    }
+    st = moe_layer_create(*ctx, cfg, layer);
+    if (st) {
+        char what[64];
+        snprintf(what, sizeof what, "%s moe_layer_create", who);
+        last_error(*ctx, msg, what, st);
+    }
+    return st;
+}
+
 /* ---------------------------------------------------------------- the reference (rank 0) */
 typedef struct reference {
     float *y, *dx;               /* [T_GLOB, H] */
@@ -228,19 +253,11 @@ typedef struct reference {
 static int32_t run_reference(const test_case *c, const float *xg, const float *dyg, const int64_t *count,
                              const int64_t *first, reference *ref, char *msg)
 {
-    moe_context_config cc;
-    moe_context_config_init(&cc, sizeof cc);
-    cc.num_threads = rs_threads();
+    const moe_layer_config cfg = make_config(c);
     moe_context *ctx = NULL;
-    int32_t st = moe_context_create(&cc, &ctx);
-    if (st) {
-        last_error(NULL, msg, "reference moe_context_create", st);
-        return st;
-    }
-    moe_layer_config cfg = make_config(c);
     moe_layer *layer = NULL;
-    st = moe_layer_create(ctx, &cfg, &layer);
-    if (st) last_error(ctx, msg, "reference moe_layer_create", st);
+    int32_t st = single_rank_layer(&cfg, "reference", &ctx, &layer, msg);
+    if (!ctx) return st;
     if (!st) st = kill_expert(layer);
     ref->aux = 0;
     ref->dropped = 0;
@@ -289,22 +306,14 @@ static int32_t probe_rows_independent(int *independent, char *msg)
 {
     static const int offsets[] = {0, 1, 2, 3, 5, 8, 13, 16};
     *independent = 0;
-    moe_context_config cc;
-    moe_context_config_init(&cc, sizeof cc);
-    cc.num_threads = rs_threads();
-    moe_context *ctx = NULL;
-    int32_t st = moe_context_create(&cc, &ctx);
-    if (st) {
-        last_error(NULL, msg, "probe moe_context_create", st);
-        return st;
-    }
     const test_case dropless_shared = {1, 1, MOE_DISPATCHER_ALL_TO_ALL, MODE_DROPLESS, 1, 0, 0, 0};
     moe_layer_config cfg = make_config(&dropless_shared);
     cfg.aux_loss_type = MOE_AUX_NONE;
     cfg.aux_loss_coeff = 0.0f;
+    moe_context *ctx = NULL;
     moe_layer *layer = NULL;
-    st = moe_layer_create(ctx, &cfg, &layer);
-    if (st) last_error(ctx, msg, "probe moe_layer_create", st);
+    int32_t st = single_rank_layer(&cfg, "probe", &ctx, &layer, msg);
+    if (!ctx) return st;
     float *x = malloc(sizeof(float) * T_GLOB * H), *dy = malloc(sizeof(float) * T_GLOB * H);
     float *y = malloc(sizeof(float) * T_GLOB * H), *dx = malloc(sizeof(float) * T_GLOB * H);
     float *yw = malloc(sizeof(float) * PROBE_T * H), *dxw = malloc(sizeof(float) * PROBE_T * H);
