@@ -17,14 +17,12 @@ int32_t moe_experts_reserve(moe_layer *L, moe_step *s, int64_t Rx)
 int32_t moe_experts_reserve_grads16(moe_layer *L, moe_step *s)
 {
     moe_step_tape *tp = &s->tape;
-    const int64_t Rx = s->Rx, H = L->H, Fl = L->F_local, F1l = L->F1_local;
+    const int64_t Rx = s->Rx, H = L->H, F1l = L->F1_local;
     s->grads16 = L->dtype == MOE_DTYPE_BF16 && !L->cfg.quant_recipe && Rx > 0 &&
                  moe_backend_bf16_gemm_fast(L->ctx->backend);
     if (!s->grads16) return MOE_OK;
-    int64_t w = H > F1l ? H : F1l; /* both as wide as the widest operand the weight phase had them hold */
-    if (Fl > w) w = Fl;
-    TRY(moe_step_need(s, &tp->wg16[0], Rx * w, 2));
-    TRY(moe_step_need(s, &tp->wg16[1], Rx * w, 2));
+    TRY(moe_step_need(s, &tp->wg16[0], Rx * H, 2));   /* dY_r rows, [Rx, H] */
+    TRY(moe_step_need(s, &tp->wg16[1], Rx * F1l, 2)); /* dz rows, [Rx, F1l] */
     return MOE_OK;
 }
 

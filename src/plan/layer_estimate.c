@@ -115,7 +115,7 @@ int32_t moe_plan_layer_peaks(moe_context *ctx, const moe_layer_config *cfg, int6
     if (Fs > 0) a = A(a, A(charged(M(T, Fs1), es), charged(T, es)));           /* dzs, dgate */
     if (L.widened) a = A(a, charged(M(T, H), es));               /* dxtmp */
     if (L.bf16_weight_grads && rx > 0)
-        a = A(a, M(2, charged(M(rx, max64(max64(H, F1), F)), 2)));             /* wg16[2]: experts.c grads16 */
+        a = A(a, A(charged(M(rx, H), 2), charged(M(rx, F1), 2)));           /* wg16[0], [1]: experts.c grads16 */
 
     const int64_t persistent = A(A(A(w, g), ws_ctx), ws_layer);
     const int64_t total = max64(A(persistent - ws_ctx - ws_layer, ws_peak), A(persistent, a));
