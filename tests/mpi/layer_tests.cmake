@@ -4,8 +4,9 @@
 # their all-to-all count, 1 + 4 min(C, E_local)) are separate entries so that they can be tracked on
 # their own.
 add_executable(test_layer_ep ${CMAKE_CURRENT_LIST_DIR}/test_layer_ep.c ${CMAKE_CURRENT_LIST_DIR}/rank_split.c)
-# public ABI only: the shared library and its header
-target_link_libraries(test_layer_ep PRIVATE moe MPI::MPI_C m)
+# public ABI only: the shared library and its header (oneDNN only to ask which ISA it runs: the
+# premise of the bitwise check, see probe_rows_independent)
+target_link_libraries(test_layer_ep PRIVATE moe MPI::MPI_C DNNL::dnnl m)
 target_compile_definitions(test_layer_ep PRIVATE _POSIX_C_SOURCE=200809L)
 moe_set_warnings(test_layer_ep)
 
