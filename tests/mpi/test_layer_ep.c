@@ -216,10 +216,11 @@ static int agree(int32_t st, char *msg, int32_t *failed)
     return 1;
 }
 
-/* A single-rank context and layer of cfg on this process (the reference, the probe); who names it
- * in msg. On failure *ctx may be set and *layer NULL: the caller destroys both. */
-static int32_t single_rank_layer(const moe_layer_config *cfg, const char *who, moe_context **ctx, moe_layer **layer,
-                                 char *msg)
+/* A single-rank context and layer of cfg on this process (the reference, the probe); what_ctx and
+ * what_layer name the two calls in msg. On failure *ctx may be set and *layer NULL: the caller
+ * destroys both. */
+static int32_t single_rank_layer(const moe_layer_config *cfg, const char *what_ctx, const char *what_layer,
+                                 moe_context **ctx, moe_layer **layer, char *msg)
 {
     *ctx = NULL, *layer = NULL;
     moe_context_config cc;
@@ -227,17 +228,11 @@ static int32_t single_rank_layer(const moe_layer_config *cfg, const char *who, m
     cc.num_threads = rs_threads();
     int32_t st = moe_context_create(&cc, ctx);
     if (st) {
-        char what[64];
-        snprintf(what, sizeof what, "%s moe_context_create", who);
-        last_error(NULL, msg, what, st);
+        last_error(NULL, msg, what_ctx, st);
         return st;
     }
     st = moe_layer_create(*ctx, cfg, layer);
-    if (st) {
-        char what[64];
-        snprintf(what, sizeof what, "%s moe_layer_create", who);
-        last_error(*ctx, msg, what, st);
-    }
+    if (st) last_error(*ctx, msg, what_layer, st);
     return st;
 }
 
@@ -254,14 +249,15 @@ typedef struct reference {
 static int32_t run_reference(const test_case *c, const float *xg, const float *dyg, const int64_t *count,
                              const int64_t *first, reference *ref, char *msg)
 {
+    ref->aux = 0;
+    ref->dropped = 0;
     const moe_layer_config cfg = make_config(c);
     moe_context *ctx = NULL;
     moe_layer *layer = NULL;
-    int32_t st = single_rank_layer(&cfg, "reference", &ctx, &layer, msg);
+    int32_t st =
+        single_rank_layer(&cfg, "reference moe_context_create", "reference moe_layer_create", &ctx, &layer, msg);
     if (!ctx) return st;
     if (!st) st = kill_expert(layer);
-    ref->aux = 0;
-    ref->dropped = 0;
     float *x = malloc(sizeof(float) * T_GLOB * H), *dy = malloc(sizeof(float) * T_GLOB * H);
     memcpy(x, xg, sizeof(float) * T_GLOB * H);
     memcpy(dy, dyg, sizeof(float) * T_GLOB * H);
@@ -322,7 +318,7 @@ static int32_t probe_rows_independent(int *independent, char *msg)
     cfg.aux_loss_coeff = 0.0f;
     moe_context *ctx = NULL;
     moe_layer *layer = NULL;
-    int32_t st = single_rank_layer(&cfg, "probe", &ctx, &layer, msg);
+    int32_t st = single_rank_layer(&cfg, "probe moe_context_create", "probe moe_layer_create", &ctx, &layer, msg);
     if (!ctx) return st;
     float *x = malloc(sizeof(float) * T_GLOB * H), *dy = malloc(sizeof(float) * T_GLOB * H);
     float *y = malloc(sizeof(float) * T_GLOB * H), *dx = malloc(sizeof(float) * T_GLOB * H);
