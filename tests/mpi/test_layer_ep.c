@@ -294,8 +294,8 @@ static int32_t run_reference(const test_case *c, const float *xg, const float *d
  * (dropless, gated shared expert, no aux loss: that couples the tokens) runs all T_GLOB tokens, then
  * windows of PROBE_T of them starting at several offsets; every window's rows must be bitwise those of
  * the full run. oneDNN's AVX-512 brgemm computes each output element the same way wherever its row
- * sits in the GEMM; its AVX2 jit sgemm does not (a row's bits follow its index within the call: the M
- * tail runs other kernels; ~5e-8 apart, measured with ONEDNN_MAX_CPU_ISA=AVX2). Where the probe finds
+ * sits in the GEMM; its AVX2 jit sgemm does not (a row's bits follow its index within the call: the
+ * same rows shifted by 3 in one call differ; ~5e-8 apart, measured with ONEDNN_MAX_CPU_ISA=AVX2). Where the probe finds
  * a difference on a CPU where oneDNN runs AVX-512 kernels, the engine is at fault and the run fails;
  * where oneDNN runs less, the check falls back to TOL and the run says so (docs/determinism.md).
  * Returns the status; *independent = whether every window was bitwise equal. */
