@@ -106,10 +106,6 @@ static void make_operand(operand *o, int32_t fmt, int32_t scaling, int64_t rows,
     o->q = alloc256((size_t)qb);
     o->s = malloc((size_t)(ns * ss));
     int64_t ovf = 0;
-    /* one thread here and on the sim side (side_open): the definition's GEMM is the CPU backend's, and
-     * oneDNN's AVX2 jit sgemm may split a small product's K over threads (docs/determinism.md); with two
-     * threads the sim's exact path and this call differed under ONEDNN_MAX_CPU_ISA=AVX2 (3.2e-7, FP8
-     * 1x128 x 1x128), with one they agree bitwise. Its AVX-512 brgemm never splits K. */
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
     moe_cpu_ops_f32.quantize(&cpu, fmt, scaling, rows, k, x, o->q, o->s, &o->ts, &ovf);
     o->m = (moe_qmat){.format = fmt, .scaling = scaling, .rows = rows, .cols = k, .q = o->q, .scales = o->s,
@@ -171,6 +167,10 @@ static void fixture_open(fixture *f, const pair_case *pc, unsigned seed, double 
     f->want = malloc(sizeof(float) * (size_t)f->mn);
     f->work = alloc256(sizeof(float) * (size_t)((pc->m + pc->n) * pc->k));
     for (int64_t i = 0; i < f->mn; i++) f->c[i] = f->want[i] = (float)(i % 7) - 3.0f;
+    /* one thread, as on the sim side (side_open): the definition's GEMM is the CPU backend's, and
+     * oneDNN's AVX2 jit sgemm may split a small product's K by the thread count (docs/determinism.md);
+     * with the sim side on two threads its exact path and this call differed under
+     * ONEDNN_MAX_CPU_ISA=AVX2 (3.2e-7, FP8 1x128 x 1x128). Its AVX-512 brgemm never splits K. */
     moe_exec cpu = {.be = &moe_backend_cpu, .num_threads = 1};
     CHECK(moe_cpu_ops_f32.gemm_q(&cpu, pc->m, pc->n, pc->k, alpha, &f->a.m, &f->b.m, beta, f->want, pc->n, f->work) ==
           MOE_OK);
