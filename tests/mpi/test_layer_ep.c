@@ -289,25 +289,24 @@ static int32_t run_reference(const test_case *c, const float *xg, const float *d
     return st;
 }
 
+/* Whether oneDNN (the same library instance the engine calls) runs its AVX-512 kernels here: there the
+ * premise below must hold, so a failed probe is the engine's fault, not the CPU's, and fails the run. */
+static int onednn_avx512(void)
+{
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+}
+
 /* The premise of the ETP = 1 bitwise check, probed on this machine: a token's y and dx rows do not
  * depend on which other tokens share its step, nor on where among them it sits. One single-rank layer
  * (dropless, gated shared expert, no aux loss: that couples the tokens) runs all T_GLOB tokens, then
  * windows of PROBE_T of them starting at several offsets; every window's rows must be bitwise those of
  * the full run. oneDNN's AVX-512 brgemm computes each output element the same way wherever its row
  * sits in the GEMM; its AVX2 jit sgemm does not (a row's bits follow its index within the call: the
- * same rows shifted by 3 in one call differ; ~5e-8 apart, measured with ONEDNN_MAX_CPU_ISA=AVX2). Where the probe finds
- * a difference on a CPU where oneDNN runs AVX-512 kernels, the engine is at fault and the run fails;
- * where oneDNN runs less, the check falls back to TOL and the run says so (docs/determinism.md).
- * Returns the status; *independent = whether every window was bitwise equal. */
+ * same rows shifted by 3 in one call differ; ~5e-8 apart, measured with ONEDNN_MAX_CPU_ISA=AVX2).
+ * Where the probe finds a difference on a CPU where oneDNN runs AVX-512 kernels, the engine is at
+ * fault and the run fails; where oneDNN runs less, the check falls back to TOL and the run says so
+ * (docs/determinism.md). Returns the status; *independent = whether every window was bitwise equal. */
 enum { PROBE_T = 29 };
-
-/* Whether oneDNN (the same library instance the engine calls) runs its AVX-512 kernels here: there the
- * premise must hold, so a failed probe is the engine's fault, not the CPU's, and fails the run. */
-static int onednn_avx512(void)
-{
-    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-}
-
 static int32_t probe_rows_independent(int *independent, char *msg)
 {
     static const int offsets[] = {0, 1, 2, 3, 5, 8, 13, 16};
@@ -333,7 +332,8 @@ static int32_t probe_rows_independent(int *independent, char *msg)
         const int64_t o = offsets[i] * H;
         st = run_step(layer, x + o, dy + o, yw, dxw, PROBE_T, &aux, &dropped, ctx, msg);
         if (!st)
-            same &= memcmp(y + o, yw, sizeof(float) * PROBE_T * H) == 0 && memcmp(dx + o, dxw, sizeof(float) * PROBE_T * H) == 0;
+            same &= memcmp(y + o, yw, sizeof(float) * PROBE_T * H) == 0 &&
+                    memcmp(dx + o, dxw, sizeof(float) * PROBE_T * H) == 0;
     }
     if (!st) *independent = same;
     free(x);
@@ -667,8 +667,8 @@ static int run_case(const test_case *c)
                  * line. Asserted (docs/determinism.md): the expert weights always, and y and dx whenever
                  * ETP = 1 (any EP, DP, dispatcher, capacity mode) and the probe holds: each token's rows
                  * meet the same expert GEMM rows and are combined in pick order. With ETP > 1, y and dx are
-                 * sums of partial products over F shards (reduce-scatter), and reduced gradients sum per-rank partials:
-                 * those agree to TOL only. */
+                 * sums of partial products over F shards (reduce-scatter), and reduced gradients sum
+                 * per-rank partials: those agree to TOL only. */
                 int bw_y = memcmp(yall, ref.y, sizeof(float) * T_GLOB * H) == 0;
                 int bw_dx = memcmp(dxall, ref.dx, sizeof(float) * T_GLOB * H) == 0;
                 snprintf(bitwise, sizeof bitwise, " bitwise:%s%s%s%s%s", bw_y ? " y" : "", bw_dx ? " dx" : "",
@@ -752,32 +752,33 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
+    /* the premise of the ETP = 1 bitwise check, probed once, by rank 0, for every rank (one machine,
+     * one library); verdict: 0 rows independent, 1 not (a CPU below AVX-512), 2 the probe failed, 3 not
+     * although oneDNN runs AVX-512 kernels */
     char pmsg[MSG] = "";
-    int independent = 0;
-    int32_t pst = probe_rows_independent(&independent, pmsg);
-    int pmax = pst != 0, pmin = independent;
-    MPI_Allreduce(MPI_IN_PLACE, &pmax, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &pmin, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (pmax) {
-        if (g_rank == 0) printf("FAIL probe of row independence on rank 0: %s\n0 passed, 1 failed\n", pst ? pmsg : "(failed on another rank)");
-        MPI_Finalize();
-        return 1;
+    int verdict = 0;
+    if (g_rank == 0) {
+        int independent = 0;
+        if (probe_rows_independent(&independent, pmsg) != MOE_OK) verdict = 2;
+        else verdict = independent ? 0 : onednn_avx512() ? 3 : 1;
     }
-    g_rows_independent = pmin;
-    if (!g_rows_independent && onednn_avx512()) {
-        if (g_rank == 0)
+    MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (verdict >= 2) {
+        if (g_rank == 0 && verdict == 2) printf("FAIL probe of row independence: %s\n0 passed, 1 failed\n", pmsg);
+        if (g_rank == 0 && verdict == 3)
             printf("FAIL probe: a token's y and dx rows changed bits with its place in the step although oneDNN runs "
                    "its AVX-512 kernels here, whose rows do not depend on their place: the engine made them depend "
                    "on it\n0 passed, 1 failed\n");
         MPI_Finalize();
         return 1;
     }
+    g_rows_independent = verdict == 0;
     if (g_rank == 0)
         printf(g_rows_independent ? "probe: a token's y and dx rows are bitwise the same wherever it sits in a step: "
                                     "ETP = 1 cases assert y and dx bitwise\n"
-                                  : "NOTE probe: this CPU's GEMM library gives a token's y and dx rows other bits when it sits "
-                                    "elsewhere in the step (oneDNN's AVX2 jit sgemm does): ETP = 1 cases check y and dx to "
-                                    "TOL, not bitwise (docs/determinism.md)\n");
+                                  : "NOTE probe: this CPU's GEMM library gives a token's y and dx rows other bits when it "
+                                    "sits elsewhere in the step (oneDNN's AVX2 jit sgemm does): ETP = 1 cases check y and "
+                                    "dx to TOL, not bitwise (docs/determinism.md)\n");
     static const int layouts[][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}; /* (EP, ETP) */
     /* 50 chunks: more chunks than tokens on every rank (T_GLOB = 45), so most chunks are empty */
     static const int chunk_counts[3] = {2, 3, 50};
